@@ -1,0 +1,196 @@
+"""The ASGI application: routers, the one error shape, static files, OpenAPI."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from largesse import __version__
+from largesse.config import Settings
+from largesse.db import make_engine
+from largesse.errors import ApiError, first_message, payload_from
+from largesse.schemas import Out
+from largesse.web import json_response
+
+log = logging.getLogger("largesse")
+
+API_PREFIX = "/api/v2"
+MAX_BODY_BYTES = 1_000_000
+STATIC_DIR = Path(__file__).parent / "static"
+
+# Operations whose client decodes 422 but not 400 (API.md §1): validation failures there
+# answer 422 so that the official client exposes the error body as `.data`.
+VALIDATION_422 = (("POST", "/campaigns"), ("PUT", "/campaigns/"), ("POST", "/fields"), ("POST", "/rewards/"))
+
+
+class ErrorBody(Out):
+    errors: dict
+
+
+ERROR_RESPONSES = {
+    status: {"model": ErrorBody, "description": text} for status, text in (
+        (400, "Invalid request: {errors: {message, payload}}, payload mirrors the offending keys"),
+        (401, "Missing, invalid or revoked API key"),
+        (402, "Insufficient funds"),
+        (404, "Not found (including other organizations' resources)"),
+        (409, "external_id reused with other parameters"),
+        (422, "Unprocessable request"),
+    )
+}
+
+
+def _validation_status(request: Request) -> int:
+    path = request.url.path.removeprefix(API_PREFIX)
+    for method, prefix in VALIDATION_422:
+        if request.method == method and (path == prefix or (prefix.endswith("/") and path.startswith(prefix))):
+            return 422
+    return 400
+
+
+def _error(status: int, message: str, payload: dict | None = None, headers: dict | None = None):
+    response = json_response({"errors": {"message": message, "payload": payload or {}}}, status_code=status)
+    if headers:
+        response.headers.update(headers)
+    return response
+
+
+class BodySizeLimit:
+    """Refuse bodies over MAX_BODY_BYTES: by Content-Length up front, or while streaming."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if not value.isdigit():
+                    return await _error(400, "Invalid Content-Length")(scope, receive, send)
+                if int(value) > MAX_BODY_BYTES:
+                    return await _error(413, f"Request body larger than {MAX_BODY_BYTES} bytes")(
+                        scope, receive, send)
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                raise ApiError(f"Request body larger than {MAX_BODY_BYTES} bytes")
+            return message
+
+        return await self.app(scope, limited_receive, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        return _error(exc.status_code, exc.message, exc.payload, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        problems = []
+        for err in exc.errors():
+            loc = tuple(p for p in err.get("loc", ()) if p not in ("body", "query", "path", "header"))
+            # Drop pydantic's union/function tags so the payload mirrors the request keys.
+            loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+            message = err.get("msg", "is invalid")
+            if err.get("type") == "json_invalid":
+                message = "Malformed JSON body"
+            elif message.startswith("Value error, "):
+                message = message[len("Value error, "):]
+            problems.append((loc, message))
+        status = _validation_status(request)
+        return _error(status, "Invalid request: " + first_message(problems), payload_from(problems))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else "Error"
+        if exc.status_code == 404:
+            message = f"No route for {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            message = f"Method {request.method} is not allowed on {request.url.path}"
+        return _error(exc.status_code, message, {}, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _error(500, "Internal error; it has been logged")
+
+
+def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
+    settings = settings or Settings.from_env()
+    engine = engine or make_engine(settings.database_url)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        worker = None
+        if settings.run_worker:
+            from largesse.delivery import worker as delivery_worker
+
+            worker = delivery_worker.start_background(engine, settings)
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.stop()
+
+    app = FastAPI(
+        title="Largesse",
+        version=__version__,
+        description=(
+            "Self-hostable reward ordering service, wire-compatible with the Tremendous API v2. "
+            "Authenticate with `Authorization: Bearer <API key>`. Every error answers "
+            '`{"errors": {"message": str, "payload": object}}`.'
+        ),
+        lifespan=lifespan,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.add_middleware(BodySizeLimit)
+    install_error_handlers(app)
+
+    from largesse.campaigns.endpoints import router as campaigns_router
+    from largesse.catalog.endpoints import router as products_router
+    from largesse.fields.endpoints import router as fields_router
+    from largesse.funding.endpoints import router as funding_router
+    from largesse.orders.endpoints import router as orders_router
+
+    for router in (orders_router, products_router, campaigns_router, fields_router, funding_router):
+        app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    _include_optional(app)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz():
+        return json_response({"status": "ok", "version": __version__, "environment": settings.environment})
+
+    @app.get("/", include_in_schema=False)
+    def root():
+        return json_response({"service": "largesse", "version": __version__, "api": API_PREFIX, "docs": "/docs"})
+
+    return app
+
+
+def _include_optional(app: FastAPI) -> None:
+    """Routers of later domains (delivery actions, redemption pages) when present."""
+    import importlib
+
+    for module_name, prefix in (("largesse.delivery.endpoints", API_PREFIX), ("largesse.redemption.endpoints", "")):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        app.include_router(module.router, prefix=prefix, responses=ERROR_RESPONSES if prefix else None)

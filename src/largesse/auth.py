@@ -1,0 +1,91 @@
+"""API keys: issued once, stored as SHA-256, verified per request.
+
+A key is "LRG_SANDBOX_" or "LRG_PROD_" followed by 43 URL-safe characters (256 random
+bits). The key has full entropy, so a fast hash is enough: nobody can brute-force a
+2^256 space, and a per-request lookup must stay cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Connection, select
+
+from largesse import db
+from largesse.errors import Forbidden, Unauthorized
+from largesse.ids import new_id
+from largesse.orgs.models import api_keys, organizations
+from largesse.timeutil import utcnow
+from largesse.web import get_engine
+
+PERMISSIONS = ("read_write", "read_only")
+
+
+@dataclass(frozen=True)
+class Caller:
+    organization_id: str
+    currency_code: str
+    fee_basis_points: int
+    fee_flat_cents: int
+    reward_expiry_days: int | None
+    permission: str
+    key_id: str
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def issue_key(conn: Connection, *, organization_id: str, sandbox: bool, permission: str = "read_write",
+              label: str | None = None) -> tuple[str, str]:
+    """Create a key; returns (key_id, key). The key is never stored or shown again."""
+    if permission not in PERMISSIONS:
+        raise ValueError(f"permission must be one of {PERMISSIONS}")
+    key = ("LRG_SANDBOX_" if sandbox else "LRG_PROD_") + secrets.token_urlsafe(32)
+    key_id = new_id()
+    conn.execute(api_keys.insert().values(
+        id=key_id, organization_id=organization_id, key_hash=hash_key(key), prefix=key[:16],
+        permission=permission, label=label, created_at=utcnow(),
+    ))
+    return key_id, key
+
+
+def authenticate(conn: Connection, authorization: str | None) -> Caller:
+    if not authorization:
+        raise Unauthorized("Missing Authorization header; send 'Authorization: Bearer <API key>'")
+    scheme, _, key = authorization.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or len(key) > 200:
+        raise Unauthorized("Authorization must be 'Bearer <API key>'")
+    row = conn.execute(
+        select(
+            api_keys.c.id, api_keys.c.permission, organizations.c.id.label("org_id"),
+            organizations.c.currency_code, organizations.c.fee_basis_points, organizations.c.fee_flat_cents,
+            organizations.c.reward_expiry_days,
+        )
+        .join(organizations, organizations.c.id == api_keys.c.organization_id)
+        .where(api_keys.c.key_hash == hash_key(key), api_keys.c.revoked_at.is_(None))
+    ).first()
+    if row is None:
+        raise Unauthorized("Invalid or revoked API key")
+    return Caller(
+        organization_id=row.org_id, currency_code=row.currency_code, fee_basis_points=row.fee_basis_points,
+        fee_flat_cents=row.fee_flat_cents, reward_expiry_days=row.reward_expiry_days,
+        permission=row.permission, key_id=row.id,
+    )
+
+
+def current_caller(request: Request) -> Caller:
+    engine = get_engine(request)
+    with db.read(engine) as conn:
+        caller = authenticate(conn, request.headers.get("authorization"))
+    if caller.permission == "read_only" and request.method not in ("GET", "HEAD", "OPTIONS"):
+        raise Forbidden("This API key is read-only")
+    return caller
+
+
+CallerDep = Annotated[Caller, Depends(current_caller)]

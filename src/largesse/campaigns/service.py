@@ -1,0 +1,111 @@
+"""Campaigns: reusable templates of products, copy and design."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, select
+
+from largesse.campaigns.models import campaigns
+from largesse.catalog import service as catalog
+from largesse.errors import NotFound, Unprocessable
+from largesse.ids import new_id
+from largesse.timeutil import utcnow
+
+ALL_FEE_FREE = "ALL_FEE_FREE"
+FEE_CHARGED_TO = ("SENDER", "RECIPIENT")
+
+
+def get(conn: Connection, organization_id: str, campaign_id: str):
+    return conn.execute(
+        select(campaigns).where(campaigns.c.organization_id == organization_id, campaigns.c.id == campaign_id)
+    ).first()
+
+
+def get_or_404(conn: Connection, organization_id: str, campaign_id: str):
+    row = get(conn, organization_id, campaign_id)
+    if row is None:
+        raise NotFound(f"Campaign {campaign_id} not found", {"id": ["not found"]})
+    return row
+
+
+def get_many(conn: Connection, organization_id: str, ids) -> dict:
+    ids = list(set(ids))
+    if not ids:
+        return {}
+    rows = conn.execute(
+        select(campaigns).where(campaigns.c.organization_id == organization_id, campaigns.c.id.in_(ids))
+    ).all()
+    return {row.id: row for row in rows}
+
+
+def list_for(conn: Connection, organization_id: str):
+    return conn.execute(
+        select(campaigns).where(campaigns.c.organization_id == organization_id)
+        .order_by(campaigns.c.created_at, campaigns.c.id)
+    ).all()
+
+
+def resolve_products(conn: Connection, product_ids: list[str]) -> list[str]:
+    """Expand ALL_FEE_FREE, drop duplicates (keeping order), 404 for unknown products."""
+    resolved: list[str] = []
+    for pid in product_ids:
+        expanded = catalog.fee_free_ids(conn) if pid == ALL_FEE_FREE else [pid]
+        resolved.extend(p for p in expanded if p not in resolved)
+    known = catalog.get_many(conn, resolved)
+    missing = [pid for pid in resolved if pid not in known]
+    if missing:
+        raise NotFound(f"Unknown product {missing[0]}", {"products": [f"unknown product {p}" for p in missing]})
+    return resolved
+
+
+def _check_rule(changes: dict) -> None:
+    if changes.get("fee_charged_to") not in (None, *FEE_CHARGED_TO):
+        raise Unprocessable("fee_charged_to must be SENDER or RECIPIENT", {"fee_charged_to": ["is not included"]})
+
+
+def create(conn: Connection, organization_id: str, values: dict):
+    _check_rule(values)
+    now = utcnow()
+    row = {
+        "id": new_id(), "organization_id": organization_id, "name": values["name"],
+        "description": values.get("description"),
+        "products": resolve_products(conn, values["products"]),
+        "fee_charged_to": values.get("fee_charged_to") or "SENDER",
+        "auto_add_product_rule": values.get("auto_add_product_rule"),
+        "webpage_style": values.get("webpage_style"), "email_style": values.get("email_style"),
+        "reward_expiry_days": values.get("reward_expiry_days"),
+        "created_at": now, "updated_at": now,
+    }
+    conn.execute(campaigns.insert().values(**row))
+    return row
+
+
+def update(conn: Connection, organization_id: str, campaign_id: str, changes: dict):
+    current = get_or_404(conn, organization_id, campaign_id)
+    _check_rule(changes)
+    values = {k: v for k, v in changes.items() if k in campaigns.c}
+    if "products" in values:
+        values["products"] = resolve_products(conn, values["products"])
+    for style in ("webpage_style", "email_style"):
+        # A style object updates the keys it names and keeps the others.
+        if style in values and values[style] is not None:
+            values[style] = {**(getattr(current, style) or {}), **values[style]}
+    values["updated_at"] = utcnow()
+    conn.execute(campaigns.update().where(campaigns.c.id == campaign_id).values(**values))
+    return get(conn, organization_id, campaign_id)
+
+
+def to_wire(row) -> dict:
+    get_ = row.get if isinstance(row, dict) else row._mapping.get
+    out = {
+        "id": get_("id"),
+        "name": get_("name"),
+        "description": get_("description"),
+        "products": list(get_("products") or []),
+        "fee_charged_to": get_("fee_charged_to"),
+    }
+    for key in ("auto_add_product_rule", "webpage_style", "email_style"):
+        if get_(key):
+            out[key] = get_(key)
+    if get_("reward_expiry_days") is not None:
+        out["reward_expiry_days"] = get_("reward_expiry_days")
+    return out

@@ -1,0 +1,183 @@
+"""The product catalog: shared by every organization, managed by the operator's CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+
+from sqlalchemy import Connection, select
+
+from largesse.catalog.models import products
+from largesse.ids import ALPHABET
+from largesse.money import MoneyError, to_cents, to_wire
+from largesse.timeutil import utcnow
+
+CATEGORIES = {"ach", "charity", "instant_debit_transfer", "merchant_card", "paypal", "venmo", "visa_card",
+              "cash_app", "international_bank", "wallet"}
+SUBCATEGORIES = {"beauty_and_health", "digital_financial_services", "electronics", "entertainment", "fashion",
+                 "food_and_drink", "general_merchandise", "grocery_and_supermarkets", "home_and_living",
+                 "mobility_and_fuel", "sports_and_outdoor_gear", "travel_and_hospitality"}
+FULFILLMENT_PROVIDERS = {"sandbox", "inventory", None}
+
+
+class CatalogError(ValueError):
+    pass
+
+
+def get_many(conn: Connection, ids: Iterable[str]) -> dict[str, object]:
+    ids = list(set(ids))
+    if not ids:
+        return {}
+    rows = conn.execute(select(products).where(products.c.id.in_(ids), products.c.active.is_(True))).all()
+    return {row.id: row for row in rows}
+
+
+def get(conn: Connection, product_id: str):
+    return conn.execute(
+        select(products).where(products.c.id == product_id, products.c.active.is_(True))
+    ).first()
+
+
+def list_active(conn: Connection):
+    return conn.execute(select(products).where(products.c.active.is_(True)).order_by(products.c.name)).all()
+
+
+def fee_free_ids(conn: Connection) -> list[str]:
+    return list(conn.execute(
+        select(products.c.id).where(products.c.active.is_(True), products.c.fee_free.is_(True))
+        .order_by(products.c.name)
+    ).scalars())
+
+
+def band_for(product, currency_code: str) -> dict | None:
+    for sku in product.skus:
+        if sku["currency_code"] == currency_code:
+            return sku
+    return None
+
+
+def to_wire_product(row, public_url: str) -> dict:
+    images = []
+    for image in row.images or []:
+        src = image["src"]
+        if not src.startswith(("http://", "https://", "data:")):
+            src = f"{public_url}/{src.lstrip('/')}"
+        out = {"src": src, "type": image.get("type", "card")}
+        if image.get("content_type"):
+            out["content_type"] = image["content_type"]
+        images.append(out)
+    product = {
+        "id": row.id,
+        "name": row.name,
+        "description": row.description or "",
+        "category": row.category,
+        "disclosure": row.disclosure or "",
+        "currency_codes": list(row.currency_codes),
+        "countries": [{"abbr": c} for c in row.countries],
+        "images": images,
+        "skus": [
+            {"min": to_wire(s["min_cents"]), "max": to_wire(s["max_cents"]), "currency_code": s["currency_code"]}
+            for s in row.skus
+        ],
+        "usage_instructions": row.usage_instructions or "",
+    }
+    if row.subcategory:
+        product["subcategory"] = row.subcategory
+    return product
+
+
+# --- import ------------------------------------------------------------------------------
+
+def parse_catalog(document: dict) -> list[dict]:
+    """Validate a catalog document ({"products": [...]}) into rows; CatalogError on any problem."""
+    items = document.get("products") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise CatalogError('a catalog is a JSON object {"products": [...]}')
+    rows, seen = [], set()
+    for index, item in enumerate(items):
+        try:
+            rows.append(_parse_product(item))
+        except (KeyError, TypeError, MoneyError, CatalogError) as exc:
+            raise CatalogError(f"products[{index}]: {exc}") from exc
+        if rows[-1]["id"] in seen:
+            raise CatalogError(f"products[{index}]: duplicate id {rows[-1]['id']}")
+        seen.add(rows[-1]["id"])
+    return rows
+
+
+def _parse_product(item: dict) -> dict:
+    pid = str(item["id"])
+    if not (12 <= len(pid) <= 20 and all(c in ALPHABET for c in pid)):
+        raise CatalogError("id must be 12-20 characters of A-Z and 0-9")
+    category = item["category"]
+    if category not in CATEGORIES:
+        raise CatalogError(f"unknown category {category!r}")
+    subcategory = item.get("subcategory")
+    if subcategory is not None and subcategory not in SUBCATEGORIES:
+        raise CatalogError(f"unknown subcategory {subcategory!r}")
+    skus = []
+    for sku in item["skus"]:
+        low, high = to_cents(sku["min"]), to_cents(sku["max"])
+        if not 0 < low <= high:
+            raise CatalogError("each sku needs 0 < min <= max")
+        skus.append({"min_cents": low, "max_cents": high, "currency_code": str(sku["currency_code"]).upper()})
+    currencies = sorted({s["currency_code"] for s in skus})
+    if not skus:
+        raise CatalogError("at least one sku (denomination band) is required")
+    countries = [str(c).upper() for c in item["countries"]]
+    if not countries:
+        raise CatalogError("at least one country is required")
+    fulfillment = item.get("fulfillment", "sandbox")
+    if fulfillment not in FULFILLMENT_PROVIDERS:
+        raise CatalogError(f"fulfillment must be one of sandbox, inventory or null, not {fulfillment!r}")
+    return {
+        "id": pid,
+        "name": str(item["name"]),
+        "description": str(item.get("description") or ""),
+        "category": category,
+        "subcategory": subcategory,
+        "disclosure": str(item.get("disclosure") or ""),
+        "usage_instructions": item.get("usage_instructions"),
+        "currency_codes": currencies,
+        "countries": countries,
+        "images": list(item.get("images") or []),
+        "skus": skus,
+        "fee_free": bool(item.get("fee_free", True)),
+        "fulfillment": fulfillment,
+        "active": bool(item.get("active", True)),
+    }
+
+
+def import_rows(conn: Connection, rows: list[dict]) -> tuple[int, int]:
+    """Insert new products and update existing ones by id; returns (created, updated)."""
+    existing = set(conn.execute(select(products.c.id)).scalars())
+    now = utcnow()
+    created = updated = 0
+    for row in rows:
+        if row["id"] in existing:
+            conn.execute(products.update().where(products.c.id == row["id"]).values(**row, updated_at=now))
+            updated += 1
+        else:
+            conn.execute(products.insert().values(**row, created_at=now, updated_at=now))
+            created += 1
+    return created, updated
+
+
+def load_file(path: str | Path) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return parse_catalog(json.load(handle))
+
+
+def default_catalog() -> list[dict]:
+    text = resources.files("largesse.catalog").joinpath("default_catalog.json").read_text(encoding="utf-8")
+    return parse_catalog(json.loads(text))
+
+
+def ensure_default_catalog(conn: Connection) -> int:
+    """Load the shipped catalog into an empty products table (first start); returns rows added."""
+    if conn.execute(select(products.c.id).limit(1)).first() is not None:
+        return 0
+    created, _ = import_rows(conn, default_catalog())
+    return created

@@ -1,0 +1,356 @@
+"""The operator's command line: `largesse --help`.
+
+Every command works on the database named by LARGESSE_DATABASE_URL (default: SQLite under
+./var/), migrating it first, so it runs from any directory against a brand-new database.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from largesse import db
+from largesse.config import Settings
+
+app = typer.Typer(help="Largesse: a self-hostable reward ordering service.", no_args_is_help=True,
+                  add_completion=False)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+org_app = typer.Typer(help="Organizations.", no_args_is_help=True)
+members_app = typer.Typer(help="Members of an organization.", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
+balance_app = typer.Typer(help="Balances and funding.", no_args_is_help=True)
+products_app = typer.Typer(help="The product catalog.", no_args_is_help=True)
+ledger_app = typer.Typer(help="The ledger.", no_args_is_help=True)
+for sub, name in ((db_app, "db"), (org_app, "org"), (members_app, "members"), (keys_app, "keys"),
+                  (balance_app, "balance"), (products_app, "products"), (ledger_app, "ledger")):
+    app.add_typer(sub, name=name)
+
+OrgOption = Annotated[str, typer.Option("--org", help="Organization ID")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+def _engine(settings: Settings | None = None, *, prepare: bool = True):
+    from largesse.bootstrap import prepare as prepare_db
+
+    settings = settings or _settings()
+    engine = db.make_engine(settings.database_url)
+    if prepare:
+        prepare_db(engine)
+    return engine
+
+
+def _fail(message: str, code: int = 1):
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _print(data: dict, as_json: bool, text: str) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def _require_org(conn, org_id: str):
+    from largesse.orgs import service as orgs
+
+    row = orgs.get_org(conn, org_id)
+    if row is None:
+        _fail(f"no organization {org_id}")
+    return row
+
+
+# --- serve / db -----------------------------------------------------------------------------
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port")] = 8000,
+    workers: Annotated[int, typer.Option(help="Worker processes sharing one database")] = 1,
+):
+    """Migrate the database, then serve the API, the redemption pages and the docs."""
+    import uvicorn
+
+    settings = _settings()
+    _engine(settings).dispose()
+    typer.echo(f"Largesse ({settings.environment}) on http://{host}:{port}  database: {settings.database_url}")
+    uvicorn.run("largesse.app:create_app", factory=True, host=host, port=port, workers=workers,
+                log_level="info", access_log=False, proxy_headers=True)
+
+
+@db_app.command("upgrade")
+def db_upgrade():
+    """Apply every pending migration (a new database gets the whole schema and the catalog)."""
+    _engine().dispose()
+    typer.echo("database is up to date")
+
+
+# --- organizations, members, keys -------------------------------------------------------------
+
+@org_app.command("create")
+def org_create(
+    name: Annotated[str, typer.Option("--name", help="Organization name")],
+    member_email: Annotated[str, typer.Option("--member-email", help="Email of the first member")],
+    member_name: Annotated[str | None, typer.Option("--member-name")] = None,
+    currency: Annotated[str, typer.Option("--currency", help="Balance currency")] = "USD",
+    as_json: JsonFlag = False,
+):
+    """Create an organization, its first member, its balance and an API key (shown once)."""
+    from largesse.orgs import service as orgs
+
+    settings = _settings()
+    engine = _engine(settings)
+    try:
+        with db.write(engine) as conn:
+            created = orgs.create_org(conn, name=name, member_email=member_email, member_name=member_name,
+                                      sandbox=settings.sandbox, currency_code=currency.upper())
+    except orgs.OrgError as exc:
+        _fail(str(exc))
+    data = {
+        "organization_id": created.organization_id, "name": name, "environment": settings.environment,
+        "member_id": created.member_id, "member_email": member_email,
+        "funding_source_id": created.funding_source_id, "available_cents": created.available_cents,
+        "api_key_id": created.api_key_id, "api_key": created.api_key,
+    }
+    _print(data, as_json, "\n".join([
+        f"organization   {created.organization_id}  {name} ({settings.environment})",
+        f"member         {created.member_id}  {member_email}",
+        f"balance        {created.funding_source_id}  {created.available_cents / 100:.2f} {currency.upper()}",
+        f"api key        {created.api_key}",
+        "               (shown once: it is stored only as a hash)",
+    ]))
+
+
+@org_app.command("list")
+def org_list(as_json: JsonFlag = False):
+    """List organizations."""
+    from largesse.orgs import service as orgs
+
+    with db.read(_engine()) as conn:
+        rows = orgs.list_orgs(conn)
+    data = {"organizations": [{"id": r.id, "name": r.name, "currency_code": r.currency_code} for r in rows]}
+    _print(data, as_json, "\n".join(f"{r.id}  {r.name}" for r in rows) or "no organizations")
+
+
+@org_app.command("fees")
+def org_fees(org: OrgOption,
+             percent_bp: Annotated[int, typer.Option("--basis-points", help="Fee in 1/100 %% of each reward")] = 0,
+             flat: Annotated[str, typer.Option("--flat", help="Flat fee per reward, e.g. 0.50")] = "0"):
+    """Set an organization's fees (default: none)."""
+    from largesse.money import MoneyError, to_cents
+    from largesse.orgs.models import organizations
+
+    try:
+        flat_cents = to_cents(flat)
+    except MoneyError as exc:
+        _fail(f"--flat {exc}")
+    if percent_bp < 0 or flat_cents < 0:
+        _fail("fees cannot be negative")
+    with db.write(_engine()) as conn:
+        _require_org(conn, org)
+        conn.execute(organizations.update().where(organizations.c.id == org)
+                     .values(fee_basis_points=percent_bp, fee_flat_cents=flat_cents))
+    typer.echo(f"fees of {org}: {percent_bp / 100:.2f}% + {flat_cents / 100:.2f} per reward")
+
+
+@members_app.command("add")
+def members_add(org: OrgOption, email: Annotated[str, typer.Option("--email")],
+                name: Annotated[str | None, typer.Option("--name")] = None, as_json: JsonFlag = False):
+    """Add a member (in the sandbox, members are the only allowed recipients)."""
+    from largesse.orgs import service as orgs
+
+    try:
+        with db.write(_engine()) as conn:
+            _require_org(conn, org)
+            member_id = orgs.add_member(conn, organization_id=org, email=email, name=name)
+    except orgs.OrgError as exc:
+        _fail(str(exc))
+    _print({"member_id": member_id, "email": email}, as_json, f"member {member_id}  {email}")
+
+
+@members_app.command("list")
+def members_list(org: OrgOption, as_json: JsonFlag = False):
+    from largesse.orgs import service as orgs
+
+    with db.read(_engine()) as conn:
+        _require_org(conn, org)
+        rows = orgs.list_members(conn, org)
+    data = {"members": [{"id": r.id, "email": r.email, "name": r.name} for r in rows]}
+    _print(data, as_json, "\n".join(f"{r.id}  {r.email}  {r.name or ''}" for r in rows))
+
+
+@keys_app.command("create")
+def keys_create(org: OrgOption,
+                permission: Annotated[str, typer.Option(help="read_write or read_only")] = "read_write",
+                label: Annotated[str | None, typer.Option(help="A note to recognise the key")] = None,
+                as_json: JsonFlag = False):
+    """Issue an API key; it is printed once and stored only as a hash."""
+    from largesse import auth
+
+    if permission not in auth.PERMISSIONS:
+        _fail(f"--permission must be one of {', '.join(auth.PERMISSIONS)}")
+    settings = _settings()
+    with db.write(_engine(settings)) as conn:
+        _require_org(conn, org)
+        key_id, key = auth.issue_key(conn, organization_id=org, sandbox=settings.sandbox, permission=permission,
+                                     label=label)
+    _print({"api_key_id": key_id, "api_key": key, "permission": permission}, as_json,
+           f"api key {key_id} ({permission})\n{key}\n(shown once: it is stored only as a hash)")
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's ID (from `keys list`)")]):
+    """Revoke a key at once."""
+    from largesse.orgs import service as orgs
+
+    with db.write(_engine()) as conn:
+        if not orgs.revoke_key(conn, key_id):
+            _fail(f"no active key {key_id}")
+    typer.echo(f"revoked {key_id}")
+
+
+@keys_app.command("list")
+def keys_list(org: OrgOption, as_json: JsonFlag = False):
+    """List an organization's keys (prefix only: keys themselves are not stored)."""
+    from largesse.orgs import service as orgs
+
+    with db.read(_engine()) as conn:
+        _require_org(conn, org)
+        rows = orgs.list_keys(conn, org)
+    data = {"api_keys": [{"id": r.id, "prefix": r.prefix, "permission": r.permission, "label": r.label,
+                          "created_at": str(r.created_at), "revoked": r.revoked_at is not None} for r in rows]}
+    _print(data, as_json, "\n".join(
+        f"{r.id}  {r.prefix}…  {r.permission:<10}  {'revoked' if r.revoked_at else 'active '}  {r.label or ''}"
+        for r in rows))
+
+
+# --- balance, ledger --------------------------------------------------------------------------
+
+@balance_app.command("fund")
+def balance_fund(org: OrgOption, amount: Annotated[str, typer.Option(help="Amount in currency units, e.g. 250.00")],
+                 memo: Annotated[str, typer.Option(help="Why (wire reference, invoice...)")],
+                 as_json: JsonFlag = False):
+    """Credit an organization's balance through the ledger."""
+    from largesse.funding import service as funding
+    from largesse.money import MoneyError, to_cents, to_wire
+
+    try:
+        cents = to_cents(amount)
+    except MoneyError as exc:
+        _fail(f"--amount {exc}")
+    if cents <= 0:
+        _fail("--amount must be positive")
+    with db.write(_engine()) as conn:
+        _require_org(conn, org)
+        source = funding.resolve(conn, org, "BALANCE")
+        after = funding.credit(conn, funding_source_id=source.id, organization_id=org, amount_cents=cents,
+                               kind="funding", memo=memo)
+    _print({"funding_source_id": source.id, "credited_cents": cents, "available_cents": after}, as_json,
+           f"credited {to_wire(cents)} {source.currency_code}; balance {after / 100:.2f} {source.currency_code}")
+
+
+@balance_app.command("show")
+def balance_show(org: OrgOption, entries: Annotated[int, typer.Option(help="Ledger entries to show")] = 10,
+                 as_json: JsonFlag = False):
+    """Show the balance and its latest ledger entries."""
+    from sqlalchemy import select
+
+    from largesse.funding import service as funding
+    from largesse.funding.models import ledger_entries
+
+    with db.read(_engine()) as conn:
+        _require_org(conn, org)
+        source = funding.resolve(conn, org, "BALANCE")
+        rows = conn.execute(
+            select(ledger_entries).where(ledger_entries.c.funding_source_id == source.id)
+            .order_by(ledger_entries.c.id.desc()).limit(entries)
+        ).all()
+    data = {
+        "funding_source_id": source.id, "currency_code": source.currency_code,
+        "available_cents": source.available_cents, "pending_cents": source.pending_cents,
+        "entries": [{"id": r.id, "created_at": str(r.created_at), "kind": r.kind, "amount_cents": r.amount_cents,
+                     "balance_after_cents": r.balance_after_cents, "memo": r.memo, "order_id": r.order_id,
+                     "reward_id": r.reward_id} for r in rows],
+    }
+    lines = [f"{source.id}  available {source.available_cents / 100:.2f} {source.currency_code}"
+             f"  pending {source.pending_cents / 100:.2f}"]
+    lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {r.amount_cents / 100:>12.2f}"
+              f"  -> {r.balance_after_cents / 100:.2f}  {r.memo or r.order_id or ''}" for r in rows]
+    _print(data, as_json, "\n".join(lines))
+
+
+@ledger_app.command("verify")
+def ledger_verify(as_json: JsonFlag = False):
+    """Prove every balance equals the sum of its ledger and every order's debit its total."""
+    from largesse.funding import service as funding
+
+    with db.read(_engine()) as conn:
+        problems = funding.verify(conn)
+    data = {"ok": not problems, "problems": [p.__dict__ for p in problems]}
+    _print(data, as_json, "ledger OK: every balance equals its entries, every order its debit" if not problems
+           else "\n".join(f"MISMATCH {p.what} {p.id}: expected {p.expected}, found {p.actual}" for p in problems))
+    if problems:
+        raise typer.Exit(1)
+
+
+# --- products ---------------------------------------------------------------------------------
+
+@products_app.command("list")
+def products_list(as_json: JsonFlag = False):
+    """List the active catalog."""
+    from largesse.catalog import service as catalog
+
+    settings = _settings()
+    with db.read(_engine(settings)) as conn:
+        rows = catalog.list_active(conn)
+    data = {"products": [catalog.to_wire_product(r, settings.public_url) | {"fulfillment": r.fulfillment}
+                         for r in rows]}
+    _print(data, as_json, "\n".join(
+        f"{r.id}  {r.category:<14} {','.join(r.currency_codes):<12} {r.fulfillment or '-':<9}  {r.name}"
+        for r in rows))
+
+
+@products_app.command("import")
+def products_import(path: Annotated[str, typer.Argument(help='JSON file {"products": [...]}')]):
+    """Add or update products from a catalog file (same format as the shipped catalog)."""
+    from largesse.catalog import service as catalog
+
+    try:
+        rows = catalog.load_file(path)
+    except (OSError, ValueError) as exc:
+        _fail(f"{path}: {exc}")
+    with db.write(_engine()) as conn:
+        created, updated = catalog.import_rows(conn, rows)
+    typer.echo(f"imported {path}: {created} created, {updated} updated")
+
+
+def _register_optional() -> None:
+    """Commands of later domains (delivery jobs, inventory) when present."""
+    import importlib
+
+    for module_name in ("largesse.delivery.cli", "largesse.redemption.cli"):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.register(app)
+
+
+_register_optional()
+
+
+def main() -> None:
+    app(prog_name="largesse")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

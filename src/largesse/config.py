@@ -1,0 +1,71 @@
+"""Settings, read once from LARGESSE_* environment variables.
+
+Kept as a plain frozen dataclass: every setting is documented in the README, and a
+test can build its own Settings without touching the process environment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENVIRONMENTS = ("sandbox", "production")
+TIMESTAMP_FORMATS = ("spec", "iso8601")
+
+
+def _default_database_url() -> str:
+    path = Path("var") / "largesse.sqlite3"
+    return f"sqlite:///{path}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = field(default_factory=_default_database_url)
+    environment: str = "sandbox"
+    public_url: str = "http://127.0.0.1:8000"
+    # "spec": GET /rewards shows created_at as "YYYY-MM-DD HH:MM:SS UTC" (the interface
+    # specification); "iso8601": as everywhere else (what the tremendous-python client parses).
+    reward_list_timestamps: str = "spec"
+    smtp_url: str | None = None
+    mail_dir: str = "var/mail"
+    mail_from: str = "rewards@largesse.localhost"
+    mail_from_name: str = "Largesse Rewards"
+    sms_url: str | None = None
+    run_worker: bool = True
+    reward_expiry_days: int | None = None
+    secret_key: str | None = None
+
+    @property
+    def sandbox(self) -> bool:
+        return self.environment == "sandbox"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+
+        def get(name: str, default=None):
+            value = env.get(f"LARGESSE_{name}")
+            return default if value in (None, "") else value
+
+        environment = get("ENVIRONMENT", "sandbox").lower()
+        if environment not in ENVIRONMENTS:
+            raise ValueError(f"LARGESSE_ENVIRONMENT must be one of {ENVIRONMENTS}, not {environment!r}")
+        timestamps = get("REWARD_LIST_TIMESTAMPS", "spec").lower()
+        if timestamps not in TIMESTAMP_FORMATS:
+            raise ValueError(f"LARGESSE_REWARD_LIST_TIMESTAMPS must be one of {TIMESTAMP_FORMATS}")
+        expiry = get("REWARD_EXPIRY_DAYS")
+        return cls(
+            database_url=get("DATABASE_URL") or _default_database_url(),
+            environment=environment,
+            public_url=get("PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/"),
+            reward_list_timestamps=timestamps,
+            smtp_url=get("SMTP_URL"),
+            mail_dir=get("MAIL_DIR", "var/mail"),
+            mail_from=get("MAIL_FROM", "rewards@largesse.localhost"),
+            mail_from_name=get("MAIL_FROM_NAME", "Largesse Rewards"),
+            sms_url=get("SMS_URL"),
+            run_worker=get("RUN_WORKER", "1") not in ("0", "false", "no"),
+            reward_expiry_days=int(expiry) if expiry else None,
+            secret_key=get("SECRET_KEY"),
+        )

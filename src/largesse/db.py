@@ -1,0 +1,99 @@
+"""Engine, metadata and transactions.
+
+Largesse talks to the database with SQLAlchemy Core on a Connection: one statement per
+round trip that we chose, no unit-of-work flushes or lazy loads on the hot path.
+
+Transactions:
+- ``write(engine)``: one transaction per state change. On SQLite it starts with
+  BEGIN IMMEDIATE, so writers queue on the database lock up front instead of failing
+  with "database is locked" at upgrade time; on PostgreSQL, row locks do that work.
+- ``read(engine)``: a plain (deferred) transaction; readers never block writers in WAL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, MetaData, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import QueuePool
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING)
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def is_sqlite(engine_or_conn) -> bool:
+    return engine_or_conn.dialect.name == "sqlite"
+
+
+def normalize_url(url: str) -> str:
+    """Accept postgres:// and postgresql:// and use the psycopg 3 driver for both."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
+
+
+def make_engine(url: str, *, pool_size: int = 8) -> Engine:
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            poolclass=QueuePool,
+            pool_size=pool_size,
+            max_overflow=32,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=16, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection, _record):
+        # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's own handling
+        # would start transactions lazily and never as IMMEDIATE).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(conn: Connection):
+        mode = "IMMEDIATE" if conn.get_execution_options().get("write") else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+@contextlib.contextmanager
+def write(engine: Engine) -> Iterator[Connection]:
+    """One write transaction: commit when the block succeeds, roll back otherwise."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(write=True)
+        with conn.begin():
+            yield conn
+
+
+@contextlib.contextmanager
+def read(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn:
+        with conn.begin():
+            yield conn

@@ -1,0 +1,27 @@
+from sqlalchemy import JSON, Column, DateTime, Index, Integer, String, Table, Text
+
+from largesse.db import metadata
+
+# The outbox: rows written in the same transaction as the state change they follow
+# from, drained by workers (see delivery/worker.py).
+jobs = Table(
+    "jobs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    # deliver_reward | expire_rewards | ...
+    Column("kind", String(40), nullable=False),
+    Column("organization_id", String(20), nullable=True),
+    Column("reward_id", String(20), nullable=True),
+    Column("payload", JSON, nullable=True),
+    # queued | running | done | dead
+    Column("status", String(10), nullable=False, default="queued"),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("max_attempts", Integer, nullable=False, default=8),
+    Column("run_after", DateTime, nullable=False),
+    Column("locked_by", String(100), nullable=True),
+    Column("locked_until", DateTime, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", DateTime, nullable=False),
+    Column("updated_at", DateTime, nullable=False),
+    Index("ix_jobs_claim", "status", "run_after"),
+    Index("ix_jobs_reward", "reward_id"),
+)

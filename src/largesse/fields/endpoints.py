@@ -1,0 +1,63 @@
+"""/fields: custom field definitions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import Field, StrictBool
+
+from largesse import db
+from largesse.auth import CallerDep
+from largesse.fields import service
+from largesse.schemas import Out, Text, Wire
+from largesse.web import EngineDep, json_response
+
+router = APIRouter(tags=["fields"])
+
+
+class FieldData(Wire):
+    options: list[Text(200, 1)] | None = Field(default=None, max_length=500)
+
+
+class CreateFieldIn(Wire):
+    display_name: Text(100, 1)
+    data_type: Text(20, 1)
+    data: FieldData | None = None
+    required: StrictBool = False
+    description: Text(1000) | None = None
+
+
+class FieldOut(Out):
+    id: str
+    label: str
+    data_type: str
+    data: dict
+    required: bool
+    scope: str
+
+
+class FieldList(Out):
+    fields: list[FieldOut]
+
+
+class FieldEnvelope(Out):
+    field: FieldOut
+
+
+@router.get("/fields", response_model=FieldList)
+def list_fields(caller: CallerDep, engine: EngineDep):
+    with db.read(engine) as conn:
+        rows = service.list_for(conn, caller.organization_id)
+    return json_response({"fields": [service.to_wire(r) for r in rows]})
+
+
+@router.post("/fields", response_model=FieldEnvelope)
+def create_field(body: CreateFieldIn, caller: CallerDep, engine: EngineDep):
+    """Define a custom field; its `label` (the display name, spaces folded) is the query
+    parameter name used to search rewards."""
+    with db.write(engine) as conn:
+        row = service.create(
+            conn, organization_id=caller.organization_id, display_name=body.display_name,
+            data_type=body.data_type, options=body.data.options if body.data else None,
+            required=body.required, description=body.description,
+        )
+    return json_response({"field": service.to_wire(row)})

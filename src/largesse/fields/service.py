@@ -1,0 +1,96 @@
+"""Custom field definitions and the validation of values sent on rewards."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+
+from sqlalchemy import Connection, select
+from sqlalchemy.exc import IntegrityError
+
+from largesse.errors import Unprocessable
+from largesse.fields.models import fields
+from largesse.ids import new_id
+from largesse.timeutil import utcnow
+
+DATA_TYPES = ("Checkbox", "Currency", "Date", "Dropdown", "Email", "List", "Number", "Phone", "Text", "TextArea")
+DISPLAY_NAME = re.compile(r"^[A-Za-z0-9_ ]+$")
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def list_for(conn: Connection, organization_id: str):
+    return conn.execute(
+        select(fields).where(fields.c.organization_id == organization_id).order_by(fields.c.created_at, fields.c.id)
+    ).all()
+
+
+def create(conn: Connection, *, organization_id: str, display_name: str, data_type: str, options: list[str] | None,
+           required: bool, description: str | None):
+    label = " ".join(display_name.split())
+    if not label or not DISPLAY_NAME.match(label):
+        raise Unprocessable("display_name may contain only letters, digits, spaces and underscores",
+                            {"display_name": ["may contain only letters, digits, spaces and underscores"]})
+    if label.lower() in ("offset", "limit"):
+        raise Unprocessable(f"{label!r} is reserved for pagination", {"display_name": ["is reserved"]})
+    if data_type not in DATA_TYPES:
+        raise Unprocessable(f"data_type must be one of {', '.join(DATA_TYPES)}",
+                            {"data_type": [f"must be one of {', '.join(DATA_TYPES)}"]})
+    data = None
+    if data_type in ("Dropdown", "List"):
+        cleaned = [o for o in (options or []) if o.strip()]
+        if not cleaned:
+            raise Unprocessable(f"a {data_type} field needs data.options", {"data": {"options": ["can't be blank"]}})
+        if len(set(cleaned)) != len(cleaned):
+            raise Unprocessable("options must be unique", {"data": {"options": ["must be unique"]}})
+        data = {"options": cleaned}
+    field_id = new_id()
+    row = {
+        "id": field_id, "organization_id": organization_id, "label": label, "data_type": data_type,
+        "data": data, "required": required, "scope": "REWARD", "description": description, "created_at": utcnow(),
+    }
+    try:
+        with conn.begin_nested():
+            conn.execute(fields.insert().values(**row))
+    except IntegrityError:
+        raise Unprocessable(f"A field labelled {label!r} already exists",
+                            {"display_name": ["has already been taken"]}) from None
+    return row
+
+
+def to_wire(row) -> dict:
+    get = row.get if isinstance(row, dict) else row._mapping.get
+    return {
+        "id": get("id"),
+        "label": get("label"),
+        "data_type": get("data_type"),
+        "data": get("data") or {},
+        "required": bool(get("required")),
+        "scope": get("scope"),
+    }
+
+
+def check_value(field, value: str) -> str | None:
+    """The problem with a value for a field, or None when it is acceptable."""
+    kind = field.data_type
+    if kind in ("Dropdown", "List"):
+        options = (field.data or {}).get("options", [])
+        if value not in options:
+            return f"must be one of: {', '.join(options)}"
+    elif kind == "Checkbox":
+        if value.lower() not in ("true", "false"):
+            return "must be true or false"
+    elif kind in ("Number", "Currency"):
+        if not NUMBER.match(value):
+            return "must be a number"
+    elif kind == "Date":
+        try:
+            date.fromisoformat(value)
+        except ValueError:
+            return "must be a date (YYYY-MM-DD)"
+    elif kind == "Email":
+        if not EMAIL.match(value):
+            return "must be an email address"
+    elif kind == "Text" and len(value) > 255:
+        return "must be at most 255 characters"
+    return None

@@ -1,0 +1,37 @@
+from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Index, Integer, String, Table, UniqueConstraint
+
+from largesse.db import metadata
+
+funding_sources = Table(
+    "funding_sources", metadata,
+    Column("id", String(20), primary_key=True),
+    Column("organization_id", String(20), ForeignKey("organizations.id"), nullable=False),
+    Column("method", String(20), nullable=False, default="balance"),
+    Column("currency_code", String(3), nullable=False),
+    # Cached sum of the ledger; changed only in the transaction that appends the entry.
+    Column("available_cents", BigInteger, nullable=False, default=0),
+    Column("pending_cents", BigInteger, nullable=False, default=0),
+    Column("status", String(20), nullable=False, default="active"),
+    Column("created_at", DateTime, nullable=False),
+    UniqueConstraint("organization_id", "method"),
+)
+
+ledger_entries = Table(
+    "ledger_entries", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("funding_source_id", String(20), ForeignKey("funding_sources.id"), nullable=False),
+    Column("organization_id", String(20), nullable=False),
+    # Signed: credits positive, debits negative.
+    Column("amount_cents", BigInteger, nullable=False),
+    Column("balance_after_cents", BigInteger, nullable=False),
+    # sandbox_credit | funding | order | reward_refund | adjustment
+    Column("kind", String(30), nullable=False),
+    Column("memo", String(500), nullable=True),
+    Column("order_id", String(20), nullable=True),
+    Column("reward_id", String(20), nullable=True),
+    Column("created_at", DateTime, nullable=False),
+    Index("ix_ledger_entries_fs_id", "funding_source_id", "id"),
+    Index("ix_ledger_entries_order", "order_id"),
+    # A reward is refunded at most once, whatever retries or races happen.
+    Index("uq_ledger_entries_refund", "reward_id", "kind", unique=True),
+)

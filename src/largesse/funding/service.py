@@ -1,0 +1,144 @@
+"""Balances and their ledger.
+
+The ledger is append-only; funding_sources.available_cents is a cache of its sum, changed
+only in the same transaction that appends an entry. `verify` proves the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, func, select, update
+
+from largesse.errors import BadRequest, NotFound, PaymentRequired
+from largesse.funding.models import funding_sources, ledger_entries
+from largesse.ids import new_id
+from largesse.timeutil import utcnow
+
+MAGIC_BALANCE = "BALANCE"
+UNSUPPORTED_METHODS = ("INVOICE", "INVOICE_THEN_BALANCE")
+
+
+def create_balance(conn: Connection, *, organization_id: str, currency_code: str) -> str:
+    fs_id = new_id()
+    conn.execute(funding_sources.insert().values(
+        id=fs_id, organization_id=organization_id, method="balance", currency_code=currency_code,
+        available_cents=0, pending_cents=0, status="active", created_at=utcnow(),
+    ))
+    return fs_id
+
+
+def resolve(conn: Connection, organization_id: str, funding_source_id: str, *, loc=("id",)):
+    """A funding source of the organization by ID or keyword; 404 for anything else."""
+    keyword = funding_source_id.upper()
+    if keyword in UNSUPPORTED_METHODS:
+        raise BadRequest(
+            f"Funding source {funding_source_id} is not available: this service pays only from the balance",
+            _at(loc, "is not available"),
+        )
+    query = select(funding_sources).where(funding_sources.c.organization_id == organization_id)
+    if keyword == MAGIC_BALANCE:
+        query = query.where(funding_sources.c.method == "balance")
+    else:
+        query = query.where(funding_sources.c.id == funding_source_id)
+    row = conn.execute(query).first()
+    if row is None:
+        raise NotFound(f"Funding source {funding_source_id} not found", _at(loc, "not found"))
+    return row
+
+
+def _at(loc, message):
+    payload: dict = {}
+    node = payload
+    for key in loc[:-1]:
+        node = node.setdefault(key, {})
+    node[loc[-1]] = [message]
+    return payload
+
+
+def list_for(conn: Connection, organization_id: str):
+    return conn.execute(
+        select(funding_sources).where(funding_sources.c.organization_id == organization_id)
+        .order_by(funding_sources.c.created_at, funding_sources.c.id)
+    ).all()
+
+
+def debit(conn: Connection, *, funding_source_id: str, organization_id: str, amount_cents: int, kind: str,
+          order_id: str | None = None, reward_id: str | None = None, memo: str | None = None) -> int:
+    """Take amount_cents from the balance or raise 402; returns the balance after.
+
+    One conditional UPDATE is both the overdraft guard and the row lock: concurrent
+    debits queue on it (PostgreSQL) or on the write lock (SQLite), never overdraw.
+    """
+    if amount_cents < 0:
+        raise ValueError("debit amount must be >= 0")
+    row = conn.execute(
+        update(funding_sources)
+        .where(funding_sources.c.id == funding_source_id, funding_sources.c.available_cents >= amount_cents)
+        .values(available_cents=funding_sources.c.available_cents - amount_cents)
+        .returning(funding_sources.c.available_cents)
+    ).first()
+    if row is None:
+        raise PaymentRequired(
+            "Insufficient funds in the balance for this order",
+            {"payment": {"funding_source_id": ["insufficient funds"]}},
+        )
+    balance_after = row[0]
+    _append(conn, funding_source_id, organization_id, -amount_cents, balance_after, kind, memo, order_id, reward_id)
+    return balance_after
+
+
+def credit(conn: Connection, *, funding_source_id: str, organization_id: str, amount_cents: int, kind: str,
+           memo: str | None = None, order_id: str | None = None, reward_id: str | None = None) -> int:
+    if amount_cents <= 0:
+        raise ValueError("credit amount must be > 0")
+    balance_after = conn.execute(
+        update(funding_sources)
+        .where(funding_sources.c.id == funding_source_id)
+        .values(available_cents=funding_sources.c.available_cents + amount_cents)
+        .returning(funding_sources.c.available_cents)
+    ).scalar_one()
+    _append(conn, funding_source_id, organization_id, amount_cents, balance_after, kind, memo, order_id, reward_id)
+    return balance_after
+
+
+def _append(conn, funding_source_id, organization_id, amount, balance_after, kind, memo, order_id, reward_id):
+    conn.execute(ledger_entries.insert().values(
+        funding_source_id=funding_source_id, organization_id=organization_id, amount_cents=amount,
+        balance_after_cents=balance_after, kind=kind, memo=memo, order_id=order_id, reward_id=reward_id,
+        created_at=utcnow(),
+    ))
+
+
+@dataclass
+class Discrepancy:
+    what: str
+    id: str
+    expected: int
+    actual: int
+
+
+def verify(conn: Connection) -> list[Discrepancy]:
+    """Every balance equals its ledger sum; every order's debits equal its total less refunds."""
+    from largesse.orders.models import orders
+
+    problems: list[Discrepancy] = []
+    sums = dict(conn.execute(
+        select(ledger_entries.c.funding_source_id, func.coalesce(func.sum(ledger_entries.c.amount_cents), 0))
+        .group_by(ledger_entries.c.funding_source_id)
+    ).all())
+    for fs in conn.execute(select(funding_sources.c.id, funding_sources.c.available_cents)).all():
+        ledger_sum = int(sums.get(fs.id, 0))
+        if ledger_sum != fs.available_cents:
+            problems.append(Discrepancy("balance", fs.id, ledger_sum, fs.available_cents))
+    order_debits = dict(conn.execute(
+        select(ledger_entries.c.order_id, func.sum(ledger_entries.c.amount_cents))
+        .where(ledger_entries.c.kind == "order").group_by(ledger_entries.c.order_id)
+    ).all())
+    for order in conn.execute(select(orders.c.id, orders.c.total_cents)).all():
+        debited = -int(order_debits.pop(order.id, 0))
+        if debited != order.total_cents:
+            problems.append(Discrepancy("order debit", order.id, order.total_cents, debited))
+    for order_id, amount in order_debits.items():
+        problems.append(Discrepancy("debit without order", str(order_id), 0, -int(amount)))
+    return problems

@@ -1,0 +1,102 @@
+"""/orders and /rewards (read side)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from largesse import db
+from largesse.auth import CallerDep
+from largesse.errors import BadRequest, NotFound
+from largesse.orders import repository, service
+from largesse.orders.schemas import CreateOrderIn, OrderEnvelope, OrderList, RewardEnvelope, RewardList
+from largesse.timeutil import parse_timestamp
+from largesse.web import EngineDep, SettingsDep, clean_text, int_param, json_response
+
+router = APIRouter(tags=["orders"])
+
+PAGINATION = ("offset", "limit")
+
+
+@router.post("/orders", response_model=OrderEnvelope, responses={201: {"model": OrderEnvelope}})
+def create_order(body: CreateOrderIn, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+    """Create an order of one (`reward`) or more (`rewards`) rewards, paid from the balance.
+
+    200 for a new order; 201 with the original order for an identical replay of an
+    `external_id`; 409 when the `external_id` was used with other parameters.
+    """
+    placed = service.place_order(engine, settings=settings, caller=caller, body=body)
+    return json_response({"order": placed.order}, status_code=201 if placed.replay else 200)
+
+
+def _timestamp_param(request: Request, name: str):
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    clean_text(raw, name, max_length=64)
+    try:
+        return parse_timestamp(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO 8601 date or date-time", {name: ["is not a valid date"]}) from None
+
+
+@router.get("/orders", response_model=OrderList)
+def list_orders(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+    """Orders, newest first. Query: offset, limit (default 10, max 500), campaign_id, external_id,
+    created_at[gte], created_at[lte]."""
+    offset = int_param(request, "offset", 0, low=0)
+    limit = int_param(request, "limit", 10, low=1, high=500)
+    campaign_id = request.query_params.get("campaign_id")
+    external_id = request.query_params.get("external_id")
+    for name, value in (("campaign_id", campaign_id), ("external_id", external_id)):
+        if value is not None:
+            clean_text(value, name, max_length=200)
+    gte = _timestamp_param(request, "created_at[gte]")
+    lte = _timestamp_param(request, "created_at[lte]")
+    with db.read(engine) as conn:
+        rows, total = repository.list_orders(
+            conn, caller.organization_id, offset=offset, limit=limit, campaign_id=campaign_id,
+            external_id=external_id, created_gte=gte, created_lte=lte,
+        )
+        wire = repository.orders_to_wire(conn, rows, settings)
+    return json_response({"orders": wire, "total_count": total})
+
+
+@router.get("/orders/{order_id}", response_model=OrderEnvelope)
+def get_order(order_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+    """An order by its ID or by its external_id."""
+    clean_text(order_id, "id", max_length=200)
+    with db.read(engine) as conn:
+        row = repository.get_order(conn, caller.organization_id, order_id)
+        if row is None:
+            raise NotFound(f"Order {order_id} not found", {"id": ["not found"]})
+        order = repository.orders_to_wire(conn, [row], settings)[0]
+    return json_response({"order": order})
+
+
+@router.get("/rewards", response_model=RewardList)
+def list_rewards(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+    """Rewards, newest first. Every query parameter other than offset and limit is a custom
+    field label whose value must match exactly; all given labels must match."""
+    offset = int_param(request, "offset", 0, low=0)
+    limit = int_param(request, "limit", 100, low=1, high=500)
+    filters = [
+        (clean_text(k, "label", max_length=100), clean_text(v, k[:100], max_length=1000))
+        for k, v in request.query_params.multi_items() if k not in PAGINATION
+    ]
+    with db.read(engine) as conn:
+        rows, total = repository.search_rewards(conn, caller.organization_id, filters=filters, offset=offset,
+                                                limit=limit)
+        wire = repository.rewards_to_wire(conn, rows, created_format=(
+            "spec" if settings.reward_list_timestamps == "spec" else "iso8601"))
+    return json_response({"rewards": wire, "total_count": total})
+
+
+@router.get("/rewards/{reward_id}", response_model=RewardEnvelope)
+def get_reward(reward_id: str, caller: CallerDep, engine: EngineDep):
+    clean_text(reward_id, "id", max_length=200)
+    with db.read(engine) as conn:
+        row = repository.get_reward(conn, caller.organization_id, reward_id)
+        if row is None:
+            raise NotFound(f"Reward {reward_id} not found", {"id": ["not found"]})
+        reward = repository.rewards_to_wire(conn, [row])[0]
+    return json_response({"reward": reward})

@@ -1,0 +1,119 @@
+"""Queries for orders and rewards, always scoped to the caller's organization."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from sqlalchemy import Connection, and_, exists, func, or_, select
+from sqlalchemy.orm import aliased
+
+from largesse.config import Settings
+from largesse.orders.models import orders, reward_field_values, rewards
+from largesse.orders.wire import field_value_to_wire, order_to_wire, reward_to_wire
+
+
+def field_values_for(conn: Connection, reward_ids: list[str]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    if not reward_ids:
+        return out
+    for row in conn.execute(
+        select(reward_field_values.c.reward_id, reward_field_values.c.field_id, reward_field_values.c.label,
+               reward_field_values.c.value)
+        .where(reward_field_values.c.reward_id.in_(reward_ids))
+        .order_by(reward_field_values.c.label)
+    ):
+        out[row.reward_id].append(field_value_to_wire(row))
+    return out
+
+
+def rewards_to_wire(conn: Connection, rows, *, created_format: str = "iso8601") -> list[dict]:
+    values = field_values_for(conn, [r.id for r in rows])
+    return [reward_to_wire(r, values.get(r.id, []), created_format=created_format) for r in rows]
+
+
+def orders_to_wire(conn: Connection, order_rows, settings: Settings | None = None) -> list[dict]:
+    ids = [o.id for o in order_rows]
+    if not ids:
+        return []
+    reward_rows = conn.execute(
+        select(rewards).where(rewards.c.order_id.in_(ids)).order_by(rewards.c.created_at, rewards.c.id)
+    ).all()
+    wire = rewards_to_wire(conn, reward_rows)
+    by_order: dict[str, list[dict]] = defaultdict(list)
+    for row, reward in zip(reward_rows, wire, strict=True):
+        by_order[row.order_id].append(reward)
+    return [order_to_wire(o, by_order.get(o.id, [])) for o in order_rows]
+
+
+def get_order(conn: Connection, org: str, id_or_external_id: str):
+    rows = conn.execute(
+        select(orders).where(
+            orders.c.organization_id == org,
+            or_(orders.c.id == id_or_external_id, orders.c.external_id == id_or_external_id),
+        )
+    ).all()
+    if not rows:
+        return None
+    # An order's own ID wins over another order's external_id that happens to be equal.
+    return next((r for r in rows if r.id == id_or_external_id), rows[0])
+
+
+def list_orders(conn: Connection, org: str, *, offset: int, limit: int, campaign_id: str | None,
+                external_id: str | None, created_gte: datetime | None, created_lte: datetime | None):
+    conditions = [orders.c.organization_id == org]
+    if campaign_id is not None:
+        conditions.append(orders.c.campaign_id == campaign_id)
+    if external_id is not None:
+        conditions.append(orders.c.external_id == external_id)
+    if created_gte is not None:
+        conditions.append(orders.c.created_at >= created_gte)
+    if created_lte is not None:
+        conditions.append(orders.c.created_at <= created_lte)
+    where = and_(*conditions)
+    total = conn.execute(select(func.count()).select_from(orders).where(where)).scalar_one()
+    rows = conn.execute(
+        select(orders).where(where).order_by(orders.c.created_at.desc(), orders.c.id.desc())
+        .offset(offset).limit(limit)
+    ).all()
+    return rows, total
+
+
+def get_reward(conn: Connection, org: str, reward_id: str):
+    return conn.execute(
+        select(rewards).where(rewards.c.organization_id == org, rewards.c.id == reward_id)
+    ).first()
+
+
+def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]], offset: int, limit: int):
+    """Rewards of the organization, newest first; with filters, those whose custom field
+    values match every (label, value) pair exactly.
+
+    A search walks the ix_rfv_search index of its first pair in list order and probes the
+    others by primary key, so its cost follows the page, not the size of the table.
+    """
+    if not filters:
+        where = rewards.c.organization_id == org
+        total = conn.execute(select(func.count()).select_from(rewards).where(where)).scalar_one()
+        rows = conn.execute(
+            select(rewards).where(where).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
+            .offset(offset).limit(limit)
+        ).all()
+        return rows, total
+    first = reward_field_values
+    (label, value), rest = filters[0], filters[1:]
+    conditions = [first.c.organization_id == org, first.c.label == label, first.c.value == value]
+    for other_label, other_value in rest:
+        other = aliased(reward_field_values)
+        conditions.append(exists().where(
+            other.c.reward_id == first.c.reward_id, other.c.label == other_label, other.c.value == other_value,
+        ))
+    matching = select(first.c.reward_id).where(*conditions)
+    total = conn.execute(select(func.count()).select_from(matching.subquery())).scalar_one()
+    ids = list(conn.execute(
+        matching.order_by(first.c.reward_created_at.desc(), first.c.reward_id.desc()).offset(offset).limit(limit)
+    ).scalars())
+    if not ids:
+        return [], total
+    by_id = {r.id: r for r in conn.execute(select(rewards).where(rewards.c.id.in_(ids))).all()}
+    return [by_id[i] for i in ids if i in by_id], total

@@ -1,0 +1,144 @@
+"""Wire schemas of orders and rewards (API.md §2.1 and §3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pydantic import Field, StrictFloat, field_validator, model_validator
+
+from largesse.schemas import Id, Name, Out, Text, Wire
+
+DELIVERY_METHODS = ("EMAIL", "LINK", "PHONE")
+MAX_REWARDS_PER_ORDER = 500
+
+
+class ValueIn(Wire):
+    denomination: StrictFloat  # also accepts JSON integers; never a string or a bool
+    currency_code: Text(3, 3) | None = None
+
+
+class RecipientIn(Wire):
+    name: Name | None = None
+    email: Text(320) | None = None
+    phone: Text(40) | None = None
+
+
+class DeliveryMetaIn(Wire):
+    sender_name: Text(200) | None = None
+    subject_line: Text(300) | None = None
+    message: Text(5000) | None = None
+
+
+class DeliveryIn(Wire):
+    method: Text(10) = "EMAIL"
+    meta: DeliveryMetaIn | None = None
+
+    @field_validator("method")
+    @classmethod
+    def known_method(cls, value: str) -> str:
+        value = value.upper()
+        if value not in DELIVERY_METHODS:
+            raise ValueError(f"must be one of {', '.join(DELIVERY_METHODS)}")
+        return value
+
+
+class CustomFieldIn(Wire):
+    id: Id
+    value: Text(1000)
+
+
+class RewardIn(Wire):
+    campaign_id: Id | None = None
+    products: list[Id] | None = Field(default=None, max_length=100)
+    value: ValueIn
+    recipient: RecipientIn
+    delivery: DeliveryIn
+    custom_fields: list[CustomFieldIn] | None = Field(default=None, max_length=100)
+    deliver_at: dt.date | None = Field(default=None, strict=False)
+    language: Text(10) | None = None
+
+    @model_validator(mode="after")
+    def needs_products_or_campaign(self) -> RewardIn:
+        if not self.products and not self.campaign_id:
+            raise ValueError("products or campaign_id is required")
+        return self
+
+
+class PaymentIn(Wire):
+    funding_source_id: Id
+
+
+class CreateOrderIn(Wire):
+    external_id: Text(200, 1) | None = None
+    payment: PaymentIn
+    reward: RewardIn | None = None
+    rewards: list[RewardIn] | None = Field(default=None, min_length=1, max_length=MAX_REWARDS_PER_ORDER)
+
+    @model_validator(mode="after")
+    def one_of_reward_or_rewards(self) -> CreateOrderIn:
+        if (self.reward is None) == (self.rewards is None):
+            raise ValueError("send exactly one of reward or rewards")
+        return self
+
+
+# Response models: they document the wire format in /openapi.json.
+
+class PaymentOut(Out):
+    subtotal: float
+    total: float
+    fees: float
+    discount: float
+    currency_code: str
+
+
+class CustomFieldOut(Out):
+    id: str
+    value: str
+    label: str
+
+
+class RewardOut(Out):
+    id: str
+    order_id: str
+    created_at: str
+    expires_at: str | None = None
+    value: dict
+    recipient: dict
+    delivery: dict
+    products: list[str]
+    campaign_id: str | None = None
+    custom_fields: list[CustomFieldOut]
+    deliver_at: str | None = None
+
+
+class OrderOut(Out):
+    id: str
+    external_id: str | None
+    campaign_id: str | None = None
+    created_at: str
+    status: str
+    channel: str
+    payment: PaymentOut
+    rewards: list[RewardOut]
+
+
+class OrderEnvelope(Out):
+    order: OrderOut
+
+
+class OrderList(Out):
+    orders: list[OrderOut]
+    total_count: int
+
+
+class RewardEnvelope(Out):
+    reward: RewardOut
+
+
+class RewardList(Out):
+    rewards: list[RewardOut]
+    total_count: int
+
+
+class RewardLinkEnvelope(Out):
+    reward: dict

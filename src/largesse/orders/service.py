@@ -1,0 +1,314 @@
+"""Placing orders: validation against the catalog, campaigns and fields, then one
+transaction that writes the order, its rewards, their field values and delivery jobs,
+and debits the balance.
+
+Reads happen before the write transaction so that the write lock (SQLite's database lock,
+PostgreSQL's row lock on the balance) is held only for the inserts and the debit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import orjson
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.exc import IntegrityError
+
+from largesse import db
+from largesse.auth import Caller
+from largesse.campaigns import service as campaigns_service
+from largesse.catalog import service as catalog
+from largesse.config import Settings
+from largesse.delivery.models import jobs
+from largesse.errors import ApiError, BadRequest, Conflict, NotFound, payload_from
+from largesse.fields import service as fields_service
+from largesse.funding import service as funding
+from largesse.ids import new_id
+from largesse.money import MoneyError, percent_of, to_cents
+from largesse.orders import repository
+from largesse.orders.models import orders, reward_field_values, rewards
+from largesse.orders.schemas import CreateOrderIn, RewardIn
+from largesse.orders.wire import order_to_wire, reward_to_wire
+from largesse.orgs.service import email_key
+from largesse.redemption import tokens
+from largesse.timeutil import utcnow
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+EMAIL = re.compile(r"^[^@\s\"'<>(),;:\\]+@" + _LABEL + r"(?:\." + _LABEL + r")+$")
+PHONE = re.compile(r"^\+?[0-9][0-9 ().-]{5,30}$")
+MAX_DELIVER_AHEAD = timedelta(days=365)
+
+
+@dataclass
+class PlacedOrder:
+    order: dict
+    replay: bool = False
+
+
+@dataclass
+class _Errors:
+    """Collects every problem of a request, raised together as one 400 or 404."""
+
+    items: list[tuple[tuple, str]] = field(default_factory=list)
+    not_found: list[tuple[tuple, str]] = field(default_factory=list)
+
+    def add(self, loc: tuple, message: str) -> None:
+        self.items.append((loc, message))
+
+    def missing(self, loc: tuple, message: str) -> None:
+        self.not_found.append((loc, message))
+
+    def raise_any(self) -> None:
+        if self.not_found:
+            loc, message = self.not_found[0]
+            raise NotFound(f"{'.'.join(map(str, loc))}: {message}", payload_from(self.not_found))
+        if self.items:
+            loc, message = self.items[0]
+            raise BadRequest(f"{'.'.join(map(str, loc))}: {message}", payload_from(self.items))
+
+
+def request_hash(body: CreateOrderIn) -> str:
+    canonical = orjson.dumps(body.model_dump(mode="json", exclude_none=True), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def place_order(engine: Engine, *, settings: Settings, caller: Caller, body: CreateOrderIn) -> PlacedOrder:
+    org = caller.organization_id
+    fingerprint = request_hash(body)
+    if body.external_id is not None:
+        with db.read(engine) as conn:
+            replay = _replay(conn, org, body.external_id, fingerprint, settings)
+        if replay is not None:
+            return replay
+
+    reward_inputs = [(("reward",), body.reward)] if body.reward is not None else [
+        (("rewards", i), r) for i, r in enumerate(body.rewards or [])
+    ]
+    with db.read(engine) as conn:
+        plan = _plan(conn, settings=settings, caller=caller, body=body, reward_inputs=reward_inputs)
+
+    try:
+        with db.write(engine) as conn:
+            links = _write(conn, plan, fingerprint, body.external_id)
+    except IntegrityError:
+        if body.external_id is None:
+            raise
+        # A concurrent request with the same external_id committed first.
+        with db.read(engine) as conn:
+            replay = _replay(conn, org, body.external_id, fingerprint, settings)
+        if replay is None:
+            raise
+        return replay
+    public = settings.public_url
+    wire_rewards = [
+        reward_to_wire(r, plan.field_values.get(r["id"], []),
+                       link=tokens.link(public, links[r["id"]]) if r["id"] in links else None)
+        for r in plan.reward_rows
+    ]
+    return PlacedOrder(order_to_wire(plan.order_row, wire_rewards))
+
+
+def _replay(conn: Connection, org: str, external_id: str, fingerprint: str, settings: Settings):
+    existing = conn.execute(
+        select(orders).where(orders.c.organization_id == org, orders.c.external_id == external_id)
+    ).first()
+    if existing is None:
+        return None
+    if existing.request_hash != fingerprint:
+        raise Conflict(
+            f"An order with external_id {external_id!r} already exists with different parameters",
+            {"external_id": ["has already been used with different parameters"]},
+        )
+    return PlacedOrder(repository.orders_to_wire(conn, [existing], settings)[0], replay=True)
+
+
+@dataclass
+class _Plan:
+    order_row: dict
+    reward_rows: list[dict]
+    field_rows: list[dict]
+    field_values: dict[str, list[dict]]
+    job_rows: list[dict]
+    link_reward_ids: list[str]
+    funding_source_id: str
+
+
+def _plan(conn: Connection, *, settings: Settings, caller: Caller, body: CreateOrderIn,
+          reward_inputs: list[tuple[tuple, RewardIn]]) -> _Plan:
+    org = caller.organization_id
+    errors = _Errors()
+    source = funding.resolve(conn, org, body.payment.funding_source_id, loc=("payment", "funding_source_id"))
+    currency = source.currency_code
+
+    campaign_ids = {r.campaign_id for _, r in reward_inputs if r.campaign_id}
+    campaigns = campaigns_service.get_many(conn, org, campaign_ids)
+    product_ids: set[str] = set()
+    for loc, r in reward_inputs:
+        if r.campaign_id and r.campaign_id not in campaigns:
+            errors.missing(loc + ("campaign_id",), f"campaign {r.campaign_id} not found")
+        product_ids.update(r.products or [])
+    for c in campaigns.values():
+        product_ids.update(c.products or [])
+    catalog_rows = catalog.get_many(conn, product_ids)
+    org_fields = {f.id: f for f in fields_service.list_for(conn, org)}
+    members = _member_keys(conn, org, reward_inputs) if settings.sandbox else set()
+
+    now = utcnow()
+    today = now.date()
+    order_id = new_id()
+    reward_rows, field_rows, job_rows, link_ids = [], [], [], []
+    field_values: dict[str, list[dict]] = {}
+    subtotal = fees = 0
+    for loc, r in reward_inputs:
+        campaign = campaigns.get(r.campaign_id) if r.campaign_id else None
+        offered = list(dict.fromkeys(r.products)) if r.products else list(campaign.products if campaign else [])
+        try:
+            cents = to_cents(r.value.denomination)
+            if cents <= 0:
+                raise MoneyError("must be greater than 0")
+        except MoneyError as exc:
+            errors.add(loc + ("value", "denomination"), str(exc))
+            cents = 0
+        reward_currency = (r.value.currency_code or currency).upper()
+        if reward_currency != currency:
+            errors.add(loc + ("value", "currency_code"),
+                       f"must be {currency}, the balance's currency (no currency conversion is configured)")
+        if not offered:
+            errors.add(loc + ("products",), "no products: send products or a campaign that has some")
+        for pid in offered:
+            product = catalog_rows.get(pid)
+            if product is None:
+                errors.missing(loc + ("products",), f"product {pid} not found")
+                continue
+            band = catalog.band_for(product, reward_currency)
+            if band is None:
+                errors.add(loc + ("products",), f"product {pid} is not available in {reward_currency}")
+            elif cents and not band["min_cents"] <= cents <= band["max_cents"]:
+                errors.add(loc + ("value", "denomination"),
+                           f"must be between {band['min_cents'] / 100:.2f} and {band['max_cents'] / 100:.2f} "
+                           f"{reward_currency} for product {pid}")
+        method = r.delivery.method
+        name = (r.recipient.name or "").strip()
+        email = (r.recipient.email or "").strip() or None
+        phone = (r.recipient.phone or "").strip() or None
+        if not name:
+            errors.add(loc + ("recipient", "name"), "can't be blank")
+        if email is not None and not EMAIL.match(email):
+            errors.add(loc + ("recipient", "email"), "is not a valid email address")
+        if method == "EMAIL" and email is None:
+            errors.add(loc + ("recipient", "email"), "is required for EMAIL delivery")
+        if method == "PHONE":
+            if not settings.sms_url:
+                errors.add(loc + ("delivery", "method"),
+                           "PHONE delivery needs an SMS transport: set LARGESSE_SMS_URL on the server")
+            if phone is None or not PHONE.match(phone):
+                errors.add(loc + ("recipient", "phone"), "is required for PHONE delivery (with a + country code)")
+        if settings.sandbox and email is not None and EMAIL.match(email) and email_key(email) not in members:
+            errors.add(loc + ("recipient", "email"),
+                       "in the sandbox, rewards can only be sent to members of your organization")
+        if r.deliver_at is not None and not today <= r.deliver_at <= today + MAX_DELIVER_AHEAD:
+            errors.add(loc + ("deliver_at",), "must be between today and one year from now")
+
+        reward_id = new_id()
+        values = _field_values(errors, loc, r, org_fields)
+        fee = percent_of(cents, caller.fee_basis_points) + caller.fee_flat_cents
+        subtotal += cents
+        fees += fee
+        scheduled = r.deliver_at is not None and r.deliver_at > today and method != "LINK"
+        expiry_days = (campaign.reward_expiry_days if campaign and campaign.reward_expiry_days
+                       else caller.reward_expiry_days or settings.reward_expiry_days)
+        reward_rows.append({
+            "id": reward_id, "organization_id": org, "order_id": order_id, "campaign_id": r.campaign_id,
+            "products": offered, "denomination_cents": cents, "fee_cents": fee, "currency_code": reward_currency,
+            "recipient_name": name, "recipient_email": email, "recipient_phone": phone,
+            "delivery_method": method,
+            "delivery_status": "SUCCEEDED" if method == "LINK" else ("SCHEDULED" if scheduled else "PENDING"),
+            "delivery_meta": r.delivery.meta.model_dump(exclude_none=True) if r.delivery.meta else None,
+            "delivered_at": now if method == "LINK" else None,
+            "deliver_at": r.deliver_at, "language": r.language, "status": "ACTIVE",
+            "expires_at": now + timedelta(days=expiry_days) if expiry_days else None,
+            "created_at": now,
+        })
+        wire_values = []
+        for field_row, value in values:
+            field_rows.append({
+                "reward_id": reward_id, "field_id": field_row.id, "organization_id": org,
+                "label": field_row.label, "value": value, "reward_created_at": now,
+            })
+            wire_values.append({"id": field_row.id, "value": value, "label": field_row.label})
+        field_values[reward_id] = wire_values
+        if method == "LINK":
+            link_ids.append(reward_id)
+        else:
+            run_after = datetime.combine(r.deliver_at, datetime.min.time()) if scheduled else now
+            job_rows.append({
+                "kind": "deliver_reward", "organization_id": org, "reward_id": reward_id, "payload": None,
+                "status": "queued", "attempts": 0, "max_attempts": 8, "run_after": run_after,
+                "created_at": now, "updated_at": now,
+            })
+    errors.raise_any()
+
+    order_campaigns = {r.campaign_id for _, r in reward_inputs}
+    order_row = {
+        "id": order_id, "organization_id": org, "external_id": body.external_id, "request_hash": None,
+        "campaign_id": order_campaigns.pop() if len(order_campaigns) == 1 else None,
+        "status": "EXECUTED", "channel": "API", "funding_source_id": source.id, "currency_code": currency,
+        "subtotal_cents": subtotal, "fees_cents": fees, "discount_cents": 0, "total_cents": subtotal + fees,
+        "refund_cents": 0, "created_at": now,
+    }
+    return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, source.id)
+
+
+def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) -> list[tuple]:
+    values, seen = [], set()
+    for i, cf in enumerate(r.custom_fields or []):
+        here = loc + ("custom_fields", i)
+        field_row = org_fields.get(cf.id)
+        if field_row is None:
+            errors.missing(here + ("id",), f"custom field {cf.id} not found")
+            continue
+        if cf.id in seen:
+            errors.add(here + ("id",), "is given more than once")
+            continue
+        seen.add(cf.id)
+        problem = fields_service.check_value(field_row, cf.value)
+        if problem:
+            errors.add(here + ("value",), problem)
+            continue
+        values.append((field_row, cf.value))
+    for field_row in org_fields.values():
+        if field_row.required and field_row.id not in seen:
+            errors.add(loc + ("custom_fields",), f"the required field {field_row.label!r} is missing")
+    return values
+
+
+def _member_keys(conn: Connection, org: str, reward_inputs) -> set[str]:
+    from largesse.orgs.models import members
+
+    keys = {email_key(r.recipient.email) for _, r in reward_inputs if r.recipient.email}
+    if not keys:
+        return set()
+    return set(conn.execute(
+        select(members.c.email_key).where(members.c.organization_id == org, members.c.email_key.in_(keys))
+    ).scalars())
+
+
+def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | None) -> dict[str, str]:
+    order = plan.order_row
+    order["request_hash"] = fingerprint if external_id is not None else None
+    conn.execute(orders.insert().values(**order))
+    conn.execute(rewards.insert(), plan.reward_rows)
+    if plan.field_rows:
+        conn.execute(reward_field_values.insert(), plan.field_rows)
+    if plan.job_rows:
+        conn.execute(jobs.insert(), plan.job_rows)
+    links = tokens.issue_many(conn, plan.link_reward_ids)
+    funding.debit(conn, funding_source_id=plan.funding_source_id, organization_id=order["organization_id"],
+                  amount_cents=order["total_cents"], kind="order", order_id=order["id"])
+    return links
+
+
+__all__ = ["ApiError", "PlacedOrder", "place_order"]

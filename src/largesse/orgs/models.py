@@ -1,0 +1,46 @@
+from sqlalchemy import Boolean, Column, DateTime, ForeignKey, Index, Integer, String, Table
+
+from largesse.db import metadata
+
+organizations = Table(
+    "organizations", metadata,
+    Column("id", String(20), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("website", String(500), nullable=True),
+    Column("currency_code", String(3), nullable=False, default="USD"),
+    # Fee settings: a percentage of each reward (basis points) plus a flat fee per reward.
+    Column("fee_basis_points", Integer, nullable=False, default=0),
+    Column("fee_flat_cents", Integer, nullable=False, default=0),
+    # Days until an unredeemed reward expires and is refunded (None: never).
+    Column("reward_expiry_days", Integer, nullable=True),
+    Column("created_at", DateTime, nullable=False),
+)
+
+members = Table(
+    "members", metadata,
+    Column("id", String(20), primary_key=True),
+    Column("organization_id", String(20), ForeignKey("organizations.id"), nullable=False),
+    Column("email", String(320), nullable=False),
+    # Lower-cased email without any +tag: what the sandbox recipient rule compares against.
+    Column("email_key", String(320), nullable=False),
+    Column("name", String(200), nullable=True),
+    Column("role", String(40), nullable=False, default="ADMIN"),
+    Column("status", String(20), nullable=False, default="REGISTERED"),
+    Column("active", Boolean, nullable=False, default=True),
+    Column("created_at", DateTime, nullable=False),
+    Index("uq_members_org_email", "organization_id", "email_key", unique=True),
+)
+
+api_keys = Table(
+    "api_keys", metadata,
+    Column("id", String(20), primary_key=True),
+    Column("organization_id", String(20), ForeignKey("organizations.id"), nullable=False),
+    # SHA-256 of the whole key; the key itself is shown once and never stored.
+    Column("key_hash", String(64), nullable=False, unique=True),
+    # First characters of the key, to recognise it in `largesse keys list`.
+    Column("prefix", String(16), nullable=False),
+    Column("permission", String(20), nullable=False, default="read_write"),
+    Column("label", String(200), nullable=True),
+    Column("created_at", DateTime, nullable=False),
+    Column("revoked_at", DateTime, nullable=True),
+)

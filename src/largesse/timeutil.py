@@ -1,0 +1,36 @@
+"""UTC timestamps: stored naive (UTC) with millisecond precision, shown as ISO 8601 with Z."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+
+def utcnow() -> datetime:
+    now = datetime.now(UTC).replace(tzinfo=None)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def spec_timestamp(value: datetime) -> str:
+    """The interface specification's reward-search form: '2024-01-01 12:00:00 UTC'."""
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso_date(value: date | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def parse_timestamp(value: str) -> datetime:
+    """Parse an ISO 8601 date or date-time (any offset) into naive UTC; ValueError otherwise."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed

@@ -1,0 +1,72 @@
+"""HTTP helpers shared by every endpoints module.
+
+Responses are serialized with orjson straight to bytes: FastAPI's jsonable_encoder on a
+plain dict costs as much as a whole order transaction (../shared/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, Request
+from sqlalchemy import Engine
+from starlette.responses import Response
+
+from largesse.config import Settings
+from largesse.errors import BadRequest
+
+
+class JSONBytes(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def json_response(content: Any, status_code: int = 200) -> JSONBytes:
+    return JSONBytes(content, status_code=status_code)
+
+
+def get_engine(request: Request) -> Engine:
+    return request.app.state.engine
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+EngineDep = Annotated[Engine, Depends(get_engine)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+MAX_OFFSET = 10**9
+
+
+def int_param(request: Request, name: str, default: int, *, low: int, high: int | None = None,
+              clamp_high: bool = True) -> int:
+    """Read an integer query parameter strictly: 400 for text, negatives or overflow."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer", {name: ["must be an integer"]}) from None
+    if value < low:
+        raise BadRequest(f"{name} must be >= {low}", {name: [f"must be >= {low}"]})
+    if value > MAX_OFFSET:
+        raise BadRequest(f"{name} is too large", {name: ["is too large"]})
+    if high is not None and value > high:
+        if clamp_high:
+            return high
+        raise BadRequest(f"{name} must be <= {high}", {name: [f"must be <= {high}"]})
+    return value
+
+
+def clean_text(value: str, name: str, *, max_length: int = 1000) -> str:
+    """Query/path text: refuse NUL (PostgreSQL cannot store it) and absurd lengths."""
+    if "\x00" in value:
+        raise BadRequest(f"{name} contains a NUL character", {name: ["contains a NUL character"]})
+    if len(value) > max_length:
+        raise BadRequest(f"{name} is too long", {name: [f"must be at most {max_length} characters"]})
+    return value
