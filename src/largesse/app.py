@@ -164,9 +164,12 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.catalog.endpoints import router as products_router
     from largesse.fields.endpoints import router as fields_router
     from largesse.funding.endpoints import router as funding_router
+    from largesse.funding.transactions import router as transactions_router
     from largesse.orders.endpoints import router as orders_router
+    from largesse.orgs.endpoints import router as orgs_router
 
-    for router in (orders_router, products_router, campaigns_router, fields_router, funding_router):
+    for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
+                   transactions_router, orgs_router):
         app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     _include_optional(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -1,0 +1,72 @@
+"""/balance_transactions: the ledger, as the API shows it (newest first)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from sqlalchemy import select
+
+from largesse import db
+from largesse.auth import CallerDep
+from largesse.errors import BadRequest
+from largesse.funding.models import funding_sources, ledger_entries
+from largesse.money import to_wire
+from largesse.orders.models import orders
+from largesse.timeutil import iso, parse_timestamp
+from largesse.web import EngineDep, clean_text, int_param, json_response
+
+router = APIRouter(tags=["funding sources"])
+
+DESCRIPTIONS = {
+    "sandbox_credit": "Sandbox pre-loaded balance",
+    "funding": "Balance funded",
+    "order": "Order",
+    "reward_refund": "Reward refund",
+    "adjustment": "Adjustment",
+}
+
+
+def _time(request: Request, name: str):
+    raw = request.query_params.get(name)
+    if not raw:
+        return None
+    try:
+        return parse_timestamp(clean_text(raw, name, max_length=64))
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO 8601 date or date-time", {name: ["is not a valid date"]}) from None
+
+
+@router.get("/balance_transactions")
+def list_balance_transactions(request: Request, caller: CallerDep, engine: EngineDep):
+    """Ledger entries of the balance. Query: offset, limit (default 10, max 500), created_at[gte|lte]."""
+    offset = int_param(request, "offset", 0, low=0)
+    limit = int_param(request, "limit", 10, low=1, high=500)
+    conditions = [ledger_entries.c.organization_id == caller.organization_id]
+    gte, lte = _time(request, "created_at[gte]"), _time(request, "created_at[lte]")
+    if gte is not None:
+        conditions.append(ledger_entries.c.created_at >= gte)
+    if lte is not None:
+        conditions.append(ledger_entries.c.created_at <= lte)
+    with db.read(engine) as conn:
+        rows = conn.execute(
+            select(ledger_entries, funding_sources.c.currency_code, orders.c.external_id,
+                   orders.c.subtotal_cents, orders.c.total_cents, orders.c.fees_cents)
+            .join(funding_sources, funding_sources.c.id == ledger_entries.c.funding_source_id)
+            .outerjoin(orders, orders.c.id == ledger_entries.c.order_id)
+            .where(*conditions).order_by(ledger_entries.c.id.desc()).offset(offset).limit(limit)
+        ).all()
+    transactions = []
+    for row in rows:
+        item = {
+            "created_at": iso(row.created_at),
+            "amount": to_wire(row.amount_cents),
+            "currency_code": row.currency_code,
+            "balance": to_wire(row.balance_after_cents),
+            "action": row.kind,
+            "description": row.memo or DESCRIPTIONS.get(row.kind, row.kind),
+        }
+        if row.order_id and row.total_cents is not None:
+            item["order"] = {"id": row.order_id, "external_id": row.external_id, "payment": {
+                "subtotal": to_wire(row.subtotal_cents), "total": to_wire(row.total_cents),
+                "fees": to_wire(row.fees_cents), "discount": 0, "currency_code": row.currency_code}}
+        transactions.append(item)
+    return json_response({"transactions": transactions})
