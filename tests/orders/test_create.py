@@ -1,0 +1,294 @@
+"""POST /orders: the specification's rules, money, funding sources, recipients, custom fields."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from tests.factories import (
+    CHARITY_USD,
+    GIFT_CARD_GBP,
+    GIFT_CARD_USD,
+    PIXEL_ARCADE,
+    TRAVEL_MULTI,
+    available_cents,
+    client_order,
+    client_search_rewards,
+    error,
+    make_campaign,
+    make_field,
+    many_rewards_body,
+    ok,
+    order_body,
+    place,
+    snapshot,
+)
+
+ID = re.compile(r"^[A-Z0-9]{12,20}$")
+
+
+def test_client_creates_order_debited_from_balance(org, api, http):
+    order = client_order(api, order_body(org.member_email, denomination=12.34))
+    assert ID.match(order.id) and order.status == "EXECUTED"
+    assert (order.payment.subtotal, order.payment.fees, order.payment.total) == (12.34, 0, 12.34)
+    assert order.payment.currency_code == "USD"
+    (reward,) = order.rewards
+    assert ID.match(reward.id) and reward.order_id == order.id
+    assert (reward.delivery.method, reward.delivery.status) == ("EMAIL", "PENDING")
+    assert reward.value.denomination == 12.34 and reward.value.currency_code == "USD"
+    assert available_cents(http) == 500000 - 1234
+    again = api.get_order(order.id).order
+    assert again.id == order.id and again.payment.total == 12.34 and again.rewards[0].id == reward.id
+
+
+def test_wire_order_shape(org, http):
+    order = place(http, org.member_email, denomination=10.5)
+    assert order["payment"] == {"subtotal": 10.5, "total": 10.5, "fees": 0, "discount": 0, "currency_code": "USD"}
+    assert order["external_id"] is None and order["channel"] == "API"
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", order["created_at"])
+    reward = order["rewards"][0]
+    assert reward["products"] == [GIFT_CARD_USD] and reward["campaign_id"] is None
+    assert reward["recipient"] == {"name": "Recipient", "email": org.member_email}
+
+
+def test_campaign_products_used_when_products_omitted(org, api, http):
+    from tremendous import CreateCampaignRequest
+
+    campaign = api.create_campaign(CreateCampaignRequest.from_dict(
+        {"name": "Thanks", "products": [CHARITY_USD, TRAVEL_MULTI]})).campaign
+    order = client_order(api, order_body(org.member_email, products=None, campaign_id=campaign.id))
+    reward = ok(http.get(f"/rewards/{order.rewards[0].id}"))["reward"]
+    assert reward["products"] == [CHARITY_USD, TRAVEL_MULTI]
+    assert reward["campaign_id"] == campaign.id
+    assert ok(http.get(f"/orders/{order.id}"))["order"]["campaign_id"] == campaign.id
+
+
+def test_products_override_campaign(org, http):
+    campaign = make_campaign(http, products=[CHARITY_USD])
+    order = place(http, org.member_email, products=[GIFT_CARD_USD], campaign_id=campaign["id"])
+    assert order["rewards"][0]["products"] == [GIFT_CARD_USD]
+    assert order["rewards"][0]["campaign_id"] == campaign["id"]
+
+
+def test_empty_products_fall_back_to_campaign(org, http):
+    campaign = make_campaign(http, products=[CHARITY_USD])
+    order = place(http, org.member_email, products=[], campaign_id=campaign["id"])
+    assert order["rewards"][0]["products"] == [CHARITY_USD]
+
+
+def test_no_products_and_no_campaign_is_refused(org, http):
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(org.member_email, products=[])), 400)
+    assert "reward" in errors["payload"]
+    errors = error(http.post("/orders", json=order_body(org.member_email, products=None)), 400)
+    assert "reward" in errors["payload"]
+    assert snapshot(http) == before
+
+
+def test_campaign_without_products_and_no_products_is_refused(org, http):
+    campaign = make_campaign(http, products=[])
+    errors = error(http.post("/orders", json=order_body(org.member_email, products=None,
+                                                        campaign_id=campaign["id"])), 400)
+    assert "products" in errors["payload"]["reward"]
+
+
+def test_custom_fields_stored_and_read_back_with_label(org, api, http):
+    from tremendous import CreateFieldRequest
+
+    field = api.create_field(CreateFieldRequest.from_dict({
+        "display_name": "Team Name", "data_type": "Dropdown", "data": {"options": ["Red", "Blue"]},
+        "required": False})).var_field
+    assert field.label == "Team Name"
+    order = client_order(api, order_body(org.member_email, custom_fields=[{"id": field.id, "value": "Blue"}]))
+    expected = {"id": field.id, "value": "Blue", "label": "Team Name"}
+
+    reward = ok(http.get(f"/rewards/{order.rewards[0].id}"))["reward"]
+    assert reward["custom_fields"] == [expected]
+    cf = api.get_order(order.id).order.rewards[0].custom_fields[0]
+    assert (cf.id, cf.value, cf.label) == (field.id, "Blue", "Team Name")
+    found = client_search_rewards(api, [("Team Name", "Blue")])
+    assert [r.id for r in found.rewards] == [order.rewards[0].id]
+    assert found.rewards[0].custom_fields[0].label == "Team Name"
+    assert client_search_rewards(api, [("Team Name", "Red")]).rewards == []
+
+
+def test_dropdown_value_outside_options_is_refused(org, http):
+    field = make_field(http, options=["Sales", "Support"])
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(
+        org.member_email, custom_fields=[{"id": field["id"], "value": "Marketing"}])), 400)
+    assert list(errors["payload"]["reward"]["custom_fields"]["0"]) == ["value"]
+    assert "Sales" in errors["payload"]["reward"]["custom_fields"]["0"]["value"][0]
+    assert snapshot(http) == before
+
+
+def test_unknown_custom_field_is_404(org, http):
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(
+        org.member_email, custom_fields=[{"id": "NOSUCHFIELD00", "value": "x"}])), 404)
+    assert "id" in errors["payload"]["reward"]["custom_fields"]["0"]
+    assert snapshot(http) == before
+
+
+def test_required_field_must_be_present(org, http):
+    field = make_field(http, required=True)
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(org.member_email)), 400)
+    assert field["label"] in errors["payload"]["reward"]["custom_fields"][0]
+    assert snapshot(http) == before
+    place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "Sales"}])
+
+
+def test_sandbox_recipient_must_be_a_member(org, http):
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body("stranger@example.com")), 400)
+    assert "email" in errors["payload"]["reward"]["recipient"]
+    assert snapshot(http) == before
+    local, domain = org.member_email.split("@")
+    place(http, f"{local}+tagged@{domain}")
+    place(http, org.member_email.upper())
+
+
+def test_production_accepts_any_valid_email(org, make_server):
+    server = make_server(environment="production")
+    with replace(org, base_url=server.url).http() as prod:
+        order = place(prod, "anyone@elsewhere.example.org")
+        assert order["rewards"][0]["recipient"]["email"] == "anyone@elsewhere.example.org"
+        errors = error(prod.post("/orders", json=order_body("not-an-email")), 400)
+        assert "email" in errors["payload"]["reward"]["recipient"]
+
+
+def test_phone_delivery_without_sms_transport_names_the_setting(org, http):
+    body = order_body(org.member_email, method="PHONE")
+    body["reward"]["recipient"] = {"name": "R", "phone": "+14155550100"}
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=body), 400)
+    assert "LARGESSE_SMS_URL" in errors["message"]
+    assert "LARGESSE_SMS_URL" in errors["payload"]["reward"]["delivery"]["method"][0]
+    assert snapshot(http) == before
+
+
+@pytest.mark.parametrize("denomination", [0, -5, 10.005, 0.001, 501, 4.99, "10", True, None, [10], {"a": 1}])
+def test_bad_denomination_is_400_with_mirrored_payload(org, http, denomination):
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(org.member_email, denomination=denomination)), 400)
+    assert list(errors["payload"]) == ["reward"]
+    assert list(errors["payload"]["reward"]) == ["value"]
+    messages = errors["payload"]["reward"]["value"]["denomination"]
+    assert isinstance(messages, list) and all(isinstance(m, str) for m in messages)
+    assert snapshot(http) == before
+
+
+def test_band_is_per_product(org, http):
+    # 150 is inside the gift card's band but above Pixel Arcade's 5..100.
+    errors = error(http.post("/orders", json=order_body(
+        org.member_email, denomination=150, products=[GIFT_CARD_USD, PIXEL_ARCADE])), 400)
+    assert PIXEL_ARCADE in errors["payload"]["reward"]["value"]["denomination"][0]
+    place(http, org.member_email, denomination=100, products=[GIFT_CARD_USD, PIXEL_ARCADE])
+
+
+def test_denomination_with_two_decimals_is_exact(org, http):
+    order = place(http, org.member_email, denomination=19.99)
+    assert order["payment"]["total"] == 19.99
+    assert available_cents(http) == 500000 - 1999
+
+
+def test_currency_must_be_the_balances(org, http):
+    before = snapshot(http)
+    body = order_body(org.member_email, products=[TRAVEL_MULTI], value={"denomination": 30, "currency_code": "EUR"})
+    body["reward"]["value"] = {"denomination": 30, "currency_code": "EUR"}
+    errors = error(http.post("/orders", json=body), 400)
+    assert "currency_code" in errors["payload"]["reward"]["value"]
+    body["reward"]["value"]["currency_code"] = "usd"
+    ok(http.post("/orders", json=body))
+    assert snapshot(http)[0] == before[0] - 3000
+
+
+def test_product_without_the_currency_is_refused(org, http):
+    errors = error(http.post("/orders", json=order_body(org.member_email, products=[GIFT_CARD_GBP])), 400)
+    assert "products" in errors["payload"]["reward"]
+
+
+def test_overdraft_is_402_and_changes_nothing(org, http):
+    place(http, org.member_email, denomination=4990, products=[CHARITY_USD])
+    assert available_cents(http) == 1000
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(org.member_email, denomination=10.01)), 402)
+    assert errors["payload"] == {"payment": {"funding_source_id": ["insufficient funds"]}}
+    assert snapshot(http) == before
+    place(http, org.member_email, denomination=10)
+    assert available_cents(http) == 0
+
+
+@pytest.mark.parametrize("keyword", ["balance", "BALANCE", "Balance", "real-id"])
+def test_funding_source_keyword_or_id(org, http, keyword):
+    body = order_body(org.member_email)
+    body["payment"]["funding_source_id"] = org.funding_source_id if keyword == "real-id" else keyword
+    ok(http.post("/orders", json=body))
+    assert available_cents(http) == 500000 - 2500
+
+
+@pytest.mark.parametrize("source", ["INVOICE", "invoice", "INVOICE_THEN_BALANCE"])
+def test_invoice_is_refused(org, http, source):
+    body = order_body(org.member_email)
+    body["payment"]["funding_source_id"] = source
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=body), 400)
+    assert "funding_source_id" in errors["payload"]["payment"]
+    assert snapshot(http) == before
+
+
+def test_unknown_funding_source_is_404(org, http):
+    body = order_body(org.member_email)
+    body["payment"]["funding_source_id"] = "NOSUCHSOURCE00"
+    errors = error(http.post("/orders", json=body), 404)
+    assert "funding_source_id" in errors["payload"]["payment"]
+
+
+def test_unknown_product_is_404(org, http):
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(org.member_email, products=["NOSUCHPRODUCT0"])), 404)
+    assert "NOSUCHPRODUCT0" in errors["payload"]["reward"]["products"][0]
+    assert snapshot(http) == before
+
+
+def test_unknown_campaign_is_404(org, http):
+    errors = error(http.post("/orders", json=order_body(org.member_email, campaign_id="NOSUCHCAMPAIGN")), 404)
+    assert "campaign_id" in errors["payload"]["reward"]
+
+
+def test_rewards_array_pays_for_all(org, http):
+    order = ok(http.post("/orders", json=many_rewards_body(org.member_email, [10, 20.5, 30])))["order"]
+    assert order["payment"] == {"subtotal": 60.5, "total": 60.5, "fees": 0, "discount": 0, "currency_code": "USD"}
+    assert sorted(r["value"]["denomination"] for r in order["rewards"]) == [10, 20.5, 30]
+    assert len({r["id"] for r in order["rewards"]}) == 3
+    assert available_cents(http) == 500000 - 6050
+    listed = ok(http.get(f"/orders/{order['id']}"))["order"]
+    assert len(listed["rewards"]) == 3 and listed["payment"]["total"] == 60.5
+
+
+def test_error_in_second_reward_mirrors_its_index(org, http):
+    body = many_rewards_body(org.member_email, [10, 0])
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=body), 400)
+    assert "denomination" in errors["payload"]["rewards"]["1"]["value"]
+    assert snapshot(http) == before
+
+
+def test_reward_and_rewards_together_is_refused(org, http):
+    body = many_rewards_body(org.member_email, [10])
+    body["reward"] = body["rewards"][0]
+    error(http.post("/orders", json=body), 400)
+    error(http.post("/orders", json={"payment": {"funding_source_id": "balance"}, "rewards": []}), 400)
+
+
+def test_org_fee_settings_apply(org, http, cli):
+    cli("org", "fees", "--org", org.id, "--basis-points", "250", "--flat", "0.50")
+    order = ok(http.post("/orders", json=many_rewards_body(org.member_email, [20, 40])))["order"]
+    # 2.5% of 20 + 0.50 = 1.00; 2.5% of 40 + 0.50 = 1.50
+    assert order["payment"]["subtotal"] == 60 and order["payment"]["fees"] == 2.5
+    assert order["payment"]["total"] == 62.5
+    assert available_cents(http) == 500000 - 6250
+    assert cli("ledger", "verify", check=False).returncode == 0
