@@ -11,8 +11,17 @@ ALPHABET = string.ascii_uppercase + string.digits
 ID_LENGTH = 14
 
 
+_SPACE = len(ALPHABET) ** ID_LENGTH
+
+
 def new_id() -> str:
-    return "".join(secrets.choice(ALPHABET) for _ in range(ID_LENGTH))
+    # One draw from the OS's CSPRNG per ID (not one per character: that showed in profiles).
+    n = secrets.randbelow(_SPACE)
+    chars = []
+    for _ in range(ID_LENGTH):
+        n, digit = divmod(n, 36)
+        chars.append(ALPHABET[digit])
+    return "".join(chars)
 
 
 def looks_like_id(value: str) -> bool:
