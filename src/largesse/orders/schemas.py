@@ -74,6 +74,15 @@ class CreateOrderIn(Wire):
     reward: RewardIn | None = None
     rewards: list[RewardIn] | None = Field(default=None, min_length=1, max_length=MAX_REWARDS_PER_ORDER)
 
+    @field_validator("external_id")
+    @classmethod
+    def fetchable_external_id(cls, value: str | None) -> str | None:
+        # GET /orders/{external_id}: clients quote "/" as %2F, which is decoded before
+        # routing (API.md §7.10), so such an order could never be fetched by it.
+        if value is not None and "/" in value:
+            raise ValueError("must not contain '/'")
+        return value
+
     @model_validator(mode="after")
     def one_of_reward_or_rewards(self) -> CreateOrderIn:
         if (self.reward is None) == (self.rewards is None):

@@ -1,0 +1,74 @@
+"""external_id: 200 new, 201 identical replay (charged once), 409 different parameters; lookups."""
+
+from __future__ import annotations
+
+from tests.factories import available_cents, error, ok, order_body, orders_count, unique
+
+
+def body_with(email: str, external_id: str, **kwargs) -> dict:
+    return {**order_body(email, **kwargs), "external_id": external_id}
+
+
+def test_replay_returns_the_original_order_charged_once(org, http):
+    key = unique("inv-")
+    first = ok(http.post("/orders", json=body_with(org.member_email, key)), 200)["order"]
+    assert first["external_id"] == key
+    replay = ok(http.post("/orders", json=body_with(org.member_email, key)), 201)["order"]
+    assert replay["id"] == first["id"] and replay["external_id"] == key
+    assert [r["id"] for r in replay["rewards"]] == [r["id"] for r in first["rewards"]]
+    assert available_cents(http) == 500000 - 2500
+    assert orders_count(http) == 1
+
+
+def test_replay_through_the_client_is_201_not_none(org, api, http):
+    from tremendous import CreateOrderRequest, SingleRewardOrder
+
+    key = unique("cli-")
+    request = CreateOrderRequest(SingleRewardOrder.from_dict(body_with(org.member_email, key)))
+    first = api.create_order_with_http_info(request)
+    second = api.create_order_with_http_info(request)
+    assert (first.status_code, second.status_code) == (200, 201)
+    assert second.data.order.id == first.data.order.id
+    assert available_cents(http) == 500000 - 2500
+
+
+def test_same_external_id_with_other_parameters_is_409(org, http):
+    key = unique("inv-")
+    ok(http.post("/orders", json=body_with(org.member_email, key)))
+    errors = error(http.post("/orders", json=body_with(org.member_email, key, denomination=26)), 409)
+    assert "external_id" in errors["payload"]
+    assert available_cents(http) == 500000 - 2500 and orders_count(http) == 1
+
+
+def test_external_ids_are_per_organization(org, other_org, http):
+    key = unique("shared-")
+    ok(http.post("/orders", json=body_with(org.member_email, key)))
+    with other_org.http() as other:
+        ok(other.post("/orders", json=body_with(other_org.member_email, key)), 200)
+
+
+def test_get_order_by_external_id_and_filter(org, api, http):
+    key = unique("ref-")
+    order = ok(http.post("/orders", json=body_with(org.member_email, key)))["order"]
+    place_other = ok(http.post("/orders", json=order_body(org.member_email)))["order"]
+    assert api.get_order(key).order.id == order["id"]
+    assert ok(http.get(f"/orders/{key}"))["order"]["id"] == order["id"]
+    listed = api.list_orders(external_id=key)
+    assert listed.total_count == 1 and [o.id for o in listed.orders] == [order["id"]]
+    assert place_other["id"] not in [o.id for o in listed.orders]
+    assert api.list_orders(external_id="no-such-reference").total_count == 0
+    error(http.get("/orders/no-such-reference"), 404)
+
+
+def test_external_id_with_a_slash_is_refused_up_front(org, http):
+    # The client quotes "/" as %2F and the server decodes it before routing, so such an
+    # order could never be fetched with get_order: refuse it when it is created.
+    errors = error(http.post("/orders", json=body_with(org.member_email, "a/b")), 400)
+    assert "external_id" in errors["payload"]
+    assert orders_count(http) == 0
+
+
+def test_blank_or_huge_external_id_is_400(org, http):
+    error(http.post("/orders", json=body_with(org.member_email, "")), 400)
+    error(http.post("/orders", json=body_with(org.member_email, "x" * 201)), 400)
+    error(http.post("/orders", json=body_with(org.member_email, 12345)), 400)
