@@ -1,0 +1,142 @@
+"""GET /orders (pagination, filters) and GET /rewards (custom-field search, timestamps)."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.factories import (
+    CHARITY_USD,
+    client_search_rewards,
+    error,
+    make_campaign,
+    make_field,
+    ok,
+    place,
+)
+
+
+def test_orders_pagination_newest_first(org, api, http):
+    ids = [place(http, org.member_email, denomination=10 + i)["id"] for i in range(5)]
+    newest_first = list(reversed(ids))
+    page = ok(http.get("/orders", params={"limit": 2}))
+    assert page["total_count"] == 5 and [o["id"] for o in page["orders"]] == newest_first[:2]
+    page = ok(http.get("/orders", params={"limit": 2, "offset": 2}))
+    assert [o["id"] for o in page["orders"]] == newest_first[2:4]
+    listed = api.list_orders(offset=4, limit=2)
+    assert listed.total_count == 5 and [o.id for o in listed.orders] == newest_first[4:]
+    assert [o.id for o in api.list_orders().orders] == newest_first
+    assert ok(http.get("/orders", params={"offset": 50}))["orders"] == []
+
+
+def test_orders_created_at_range_as_the_client_sends_it(org, api, http):
+    first = place(http, org.member_email)
+    time.sleep(0.02)
+    second = place(http, org.member_email)
+    assert first["created_at"] < second["created_at"]
+    # The client percent-encodes the bracketed keys (created_at%5Bgte%5D=...).
+    assert [o.id for o in api.list_orders(created_at_gte=second["created_at"]).orders] == [second["id"]]
+    assert [o.id for o in api.list_orders(created_at_lte=first["created_at"]).orders] == [first["id"]]
+    both = api.list_orders(created_at_gte=first["created_at"], created_at_lte=second["created_at"])
+    assert both.total_count == 2
+    assert api.list_orders(created_at_gte="2999-01-01T00:00:00Z").total_count == 0
+    assert api.list_orders(created_at_lte="2000-01-01").total_count == 0
+    raw = http.get("/orders?created_at%5Bgte%5D=" + second["created_at"].replace(":", "%3A"))
+    assert [o["id"] for o in ok(raw)["orders"]] == [second["id"]]
+    # An offset is honoured: the same instant written in +02:00.
+    instant = datetime.strptime(second["created_at"], "%Y-%m-%dT%H:%M:%S.%fZ") + timedelta(hours=2)
+    local = instant.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "+02:00"
+    assert [o["id"] for o in ok(http.get("/orders", params={"created_at[gte]": local}))["orders"]] == [second["id"]]
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2024-13-01", "1700000000"])
+def test_orders_bad_created_at_is_400(http, value):
+    errors = error(http.get("/orders", params={"created_at[gte]": value}), 400)
+    assert "created_at[gte]" in errors["payload"]
+
+
+def test_orders_campaign_filter(org, api, http):
+    campaign = make_campaign(http, products=[CHARITY_USD])
+    with_campaign = place(http, org.member_email, products=None, campaign_id=campaign["id"])
+    place(http, org.member_email)
+    listed = api.list_orders(campaign_id=campaign["id"])
+    assert listed.total_count == 1 and listed.orders[0].id == with_campaign["id"]
+    assert api.list_orders(campaign_id="NOSUCHCAMPAIGN").total_count == 0
+
+
+@pytest.mark.parametrize("path", ["/orders", "/rewards"])
+@pytest.mark.parametrize("query", ["limit=abc", "limit=-1", "offset=-1", "offset=1.5", "limit=0", "limit=%00",
+                                   "offset=99999999999999999999"])
+def test_pagination_validation(http, path, query):
+    errors = error(http.get(f"{path}?{query}"), 400)
+    assert set(errors["payload"]) <= {"limit", "offset"} and errors["payload"]
+
+
+def _order_with_fields(http, email, values: dict[str, str]) -> str:
+    order = place(http, email, custom_fields=[{"id": fid, "value": v} for fid, v in values.items()])
+    return order["rewards"][0]["id"]
+
+
+def test_reward_search_all_labels_must_match_exactly(org, api, http):
+    dept = make_field(http, options=["Sales", "Support"])
+    region = make_field(http, options=["EU", "US"])
+    both = _order_with_fields(http, org.member_email, {dept["id"]: "Sales", region["id"]: "EU"})
+    sales_us = _order_with_fields(http, org.member_email, {dept["id"]: "Sales", region["id"]: "US"})
+    support_eu = _order_with_fields(http, org.member_email, {dept["id"]: "Support", region["id"]: "EU"})
+    _order_with_fields(http, org.member_email, {})
+
+    def search(**params):
+        return ok(http.get("/rewards", params=params))
+
+    found = search(**{dept["label"]: "Sales"})
+    assert {r["id"] for r in found["rewards"]} == {both, sales_us} and found["total_count"] == 2
+    found = search(**{dept["label"]: "Sales", region["label"]: "EU"})
+    assert [r["id"] for r in found["rewards"]] == [both]
+    assert {f["label"] for f in found["rewards"][0]["custom_fields"]} == {dept["label"], region["label"]}
+    assert [r["id"] for r in search(**{region["label"]: "EU", dept["label"]: "Support"})["rewards"]] == [support_eu]
+    for value in ("sales", "Sale", "Sales ", ""):
+        assert search(**{dept["label"]: value})["rewards"] == []
+    assert search(no_such_label="Sales")["rewards"] == []
+    assert search(**{dept["label"]: "Sales", "no_such_label": "x"})["rewards"] == []
+    assert search()["total_count"] == 4
+    paged = search(**{dept["label"]: "Sales", "limit": 1, "offset": 1})
+    assert paged["total_count"] == 2 and len(paged["rewards"]) == 1
+    via_client = client_search_rewards(api, [(dept["label"], "Sales"), (region["label"], "US")])
+    assert [r.id for r in via_client.rewards] == [sales_us]
+
+
+def test_client_list_rewards(org, api, http):
+    order = place(http, org.member_email)
+    listed = api.list_rewards()
+    assert [r.id for r in listed.rewards] == [order["rewards"][0]["id"]]
+    assert listed.rewards[0].delivery.status == "PENDING"
+    assert api.list_rewards(offset=1).rewards == []
+    got = api.get_reward(order["rewards"][0]["id"]).reward
+    assert got.order_id == order["id"] and got.value.denomination == 25
+
+
+SPEC = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def test_reward_list_timestamps_spec_form(org, make_server):
+    server = make_server(reward_list_timestamps="spec")
+    with replace(org, base_url=server.url).http() as http:
+        order = place(http, org.member_email)
+        listed = ok(http.get("/rewards"))["rewards"][0]
+        assert SPEC.match(listed["created_at"]), listed["created_at"]
+        parsed = datetime.strptime(listed["created_at"], "%Y-%m-%d %H:%M:%S UTC")
+        assert parsed.isoformat() == order["rewards"][0]["created_at"][:19]
+        # Everywhere else: ISO 8601 with milliseconds and Z.
+        assert ISO.match(ok(http.get(f"/rewards/{listed['id']}"))["reward"]["created_at"])
+        assert ISO.match(ok(http.get(f"/orders/{order['id']}"))["order"]["rewards"][0]["created_at"])
+        assert ISO.match(order["created_at"])
+
+
+def test_reward_list_timestamps_iso_setting(org, http):
+    place(http, org.member_email)
+    assert ISO.match(ok(http.get("/rewards"))["rewards"][0]["created_at"])
