@@ -39,3 +39,23 @@ inventory_codes = Table(
     UniqueConstraint("product_id", "code"),
     Index("ix_inventory_available", "product_id", "issued_at"),
 )
+
+# Fixed-window request counters for the redemption pages, shared by every server process.
+# bucket is "ip:<address>", "token:<first 32 hex of the token hash>" or "post:<...>";
+# window_start is the window's first second (Unix time), so old rows are easy to prune.
+redemption_rate_limits = Table(
+    "redemption_rate_limits", metadata,
+    Column("bucket", String(100), primary_key=True),
+    Column("window_start", Integer, primary_key=True),
+    Column("hits", Integer, nullable=False),
+    Index("ix_redemption_rate_limits_window", "window_start"),
+)
+
+# Secrets the redemption pages need to agree on across processes (the CSRF key when no
+# LARGESSE_SECRET_KEY is set): created once by whichever process needs it first.
+redemption_secrets = Table(
+    "redemption_secrets", metadata,
+    Column("name", String(40), primary_key=True),
+    Column("value", String(128), nullable=False),
+    Column("created_at", DateTime, nullable=False),
+)

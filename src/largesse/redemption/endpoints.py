@@ -1,0 +1,195 @@
+"""The recipient's pages: GET /redeem/{token} shows the reward, POST redeems it.
+
+Server-rendered HTML (Jinja2, autoescaped), no JavaScript needed. The POST answers with a
+303 to the GET (post/redirect/get), so a reload never resubmits and the payout stays on the
+page for every later visit. Tokens never reach a log: failures are logged by reward id.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import jinja2
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from largesse import db
+from largesse.redemption import ratelimit, security, service, tokens
+from largesse.redemption.style import theme_css
+
+log = logging.getLogger("largesse.redemption")
+router = APIRouter(include_in_schema=False)
+templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    autoescape=True, trim_blocks=True, lstrip_blocks=True,
+)
+MAX_FORM_BYTES = 4096
+DEFAULT_THEME = theme_css(None, None)
+
+MESSAGES = {
+    404: ("Link not found", "This reward link is not valid. Check that you opened the whole link from your "
+          "message, or ask the sender for a new one."),
+    403: ("Please try again", "Your choice could not be confirmed because the page had expired or cookies "
+          "are blocked. Reload the page and choose again."),
+    429: ("Too many attempts", "There have been too many requests for this page. Please wait a minute and "
+          "try again."),
+    500: ("Something went wrong", "We could not load your reward. Please try again in a few minutes."),
+    "canceled": ("This reward was canceled", "The sender canceled this reward, so it can no longer be "
+                 "redeemed. If you think this is a mistake, please contact the sender."),
+    "expired": ("This reward has expired", "The time to redeem this reward has passed, so it can no longer "
+                "be redeemed. If you think this is a mistake, please contact the sender."),
+    "already_redeemed": ("Already redeemed", "This reward has already been redeemed, and a reward can only "
+                         "be redeemed once."),
+}
+
+
+def _settings(request: Request):
+    return request.app.state.settings
+
+
+def _engine(request: Request):
+    return request.app.state.engine
+
+
+def _limits(request: Request) -> ratelimit.RateLimits:
+    state = request.app.state
+    if getattr(state, "redemption_limits", None) is None:
+        state.redemption_limits = ratelimit.RateLimits.from_env()
+    return state.redemption_limits
+
+
+def _csrf_key(request: Request) -> bytes:
+    state = request.app.state
+    if getattr(state, "redemption_csrf_key", None) is None:
+        state.redemption_csrf_key = security.load_csrf_key(_engine(request), _settings(request))
+    return state.redemption_csrf_key
+
+
+def _render(template: str, status: int, theme: str = DEFAULT_THEME, headers: dict | None = None,
+            **context) -> HTMLResponse:
+    html = templates.get_template(template).render(theme=theme, **context)
+    response = HTMLResponse(html, status_code=status)
+    response.headers.update(security.page_headers([security.style_hash(theme)]))
+    if headers:
+        response.headers.update(headers)
+    return response
+
+
+def _message(status: int, key=None, *, page: service.Page | None = None, token: str | None = None,
+             headers: dict | None = None) -> HTMLResponse:
+    title, text = MESSAGES[key if key is not None else status]
+    return _render("message.html", status, page.theme if page else DEFAULT_THEME, headers,
+                   title=title, text=text, page=page, token=token if key == "already_redeemed" else None)
+
+
+def _rate_limited(request: Request, token: str, *, post: bool) -> HTMLResponse | None:
+    limits = _limits(request)
+    digest = tokens.hash_token(token)[:32]
+    ip = request.client.host if request.client else "unknown"
+    buckets = [(f"ip:{ip}", limits.per_ip), (f"token:{digest}", limits.per_token)]
+    if post:
+        buckets.append((f"post:{digest}", limits.posts_per_token))
+    with db.write(_engine(request)) as conn:
+        wait = ratelimit.check(conn, limits, buckets)
+    if wait is None:
+        return None
+    return _message(429, headers={"Retry-After": str(wait)})
+
+
+def _choose(request: Request, page: service.Page, status: int = 200, error: str | None = None,
+            selected: str | None = None) -> HTMLResponse:
+    nonce = request.cookies.get(security.CSRF_COOKIE)
+    fresh = not security.valid_nonce(nonce)
+    if fresh:
+        nonce = security.new_nonce()
+    available = [o for o in page.options if o.available]
+    if selected is None and len(available) == 1:
+        selected = available[0].id
+    response = _render("choose.html", status, page.theme, page=page, error=error, selected=selected,
+                       csrf_field=security.CSRF_FIELD,
+                       csrf_token=security.csrf_token(_csrf_key(request), page.token_hash, nonce),
+                       any_available=bool(available),
+                       sandbox=_settings(request).sandbox)
+    if fresh:
+        response.set_cookie(security.CSRF_COOKIE, nonce, httponly=True, samesite="lax", path="/redeem",
+                            secure=_settings(request).public_url.startswith("https://"))
+    return response
+
+
+def _show(request: Request, token: str, status: int = 200, error: str | None = None,
+          selected: str | None = None) -> Response:
+    with db.read(_engine(request)) as conn:
+        page = service.load_page(conn, token, _settings(request))
+    if page is None:
+        return _message(404)
+    if page.status == "CANCELED":
+        return _message(410, "canceled", page=page)
+    if page.status == "EXPIRED":
+        return _message(410, "expired", page=page)
+    if page.status == "REDEEMED":
+        return _render("payout.html", 200, page.theme, page=page, payout=page.payout)
+    return _choose(request, page, status, error, selected)
+
+
+def _get(request: Request, token: str) -> Response:
+    limited = _rate_limited(request, token, post=False)
+    return limited or _show(request, token)
+
+
+def _same_origin(request: Request) -> bool:
+    """Browsers send Origin on POST; when present it must be this site (defence in depth)."""
+    origin = request.headers.get("origin")
+    if not origin or origin == "null":
+        return origin is None
+    return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+def _post(request: Request, token: str, body: bytes) -> Response:
+    limited = _rate_limited(request, token, post=True)
+    if limited:
+        return limited
+    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), max_num_fields=10).items()}
+    nonce = request.cookies.get(security.CSRF_COOKIE)
+    if not _same_origin(request) or not security.csrf_ok(
+            _csrf_key(request), tokens.hash_token(token), nonce, form.get(security.CSRF_FIELD)):
+        return _message(403)
+    product_id = form.get("product_id", "")[:40]
+    try:
+        service.redeem(_engine(request), token=token, product_id=product_id, settings=_settings(request))
+    except service.RedemptionError as exc:
+        if exc.kind == "not_found":
+            return _message(404)
+        if exc.kind in ("canceled", "expired"):
+            return _message(410, exc.kind)
+        if exc.kind == "already_redeemed":
+            return _message(409, "already_redeemed", token=token)
+        status = 400 if exc.kind == "invalid_choice" else 409
+        return _show(request, token, status=status, error=exc.message, selected=product_id or None)
+    return RedirectResponse(f"/redeem/{token}", status_code=303, headers=security.page_headers())
+
+
+def _guarded(handler, request: Request, token: str, *args) -> Response:
+    try:
+        return handler(request, token, *args)
+    except Exception:
+        # The app-wide handler would log the path, which holds the token: log without it.
+        log.exception("redemption page failed (%s)", request.method)
+        return _message(500)
+
+
+@router.get("/redeem/{token}")
+async def show_reward(request: Request, token: str) -> Response:
+    return await run_in_threadpool(_guarded, _get, request, token)
+
+
+@router.post("/redeem/{token}")
+async def redeem_reward(request: Request, token: str) -> Response:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return _render("message.html", 413, title="Request too large", text="The form was too large.")
+    return await run_in_threadpool(_guarded, _post, request, token, body)

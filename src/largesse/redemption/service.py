@@ -1,0 +1,214 @@
+"""Redemption: what the recipient's page shows, and the one transaction that redeems.
+
+The link's token is the recipient's only credential, so everything here starts from it.
+No FastAPI in this module: the endpoints turn RedemptionError kinds into pages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, Engine, or_, select, update
+
+from largesse import db
+from largesse.campaigns.models import campaigns
+from largesse.catalog.models import products
+from largesse.catalog.service import band_for
+from largesse.config import Settings
+from largesse.orders.models import rewards
+from largesse.orgs.models import organizations
+from largesse.redemption import tokens
+from largesse.redemption.models import payouts
+from largesse.redemption.providers import OutOfStock, provider_for
+from largesse.redemption.style import format_money, safe_url, theme_css
+from largesse.timeutil import utcnow
+
+
+class RedemptionError(Exception):
+    """kind: not_found | canceled | expired | already_redeemed | invalid_choice | unavailable."""
+
+    def __init__(self, kind: str, message: str = ""):
+        self.kind = kind
+        self.message = message
+        super().__init__(kind)
+
+
+@dataclass
+class Option:
+    id: str
+    name: str
+    description: str
+    category: str
+    image: str | None
+    reason: str | None = None  # why it cannot be chosen; None when it can
+
+    @property
+    def available(self) -> bool:
+        return self.reason is None
+
+
+@dataclass
+class Page:
+    reward_id: str
+    token_hash: str
+    status: str  # ACTIVE | REDEEMED | CANCELED | EXPIRED
+    sender: str
+    headline: str
+    message: str | None
+    logo_url: str | None
+    theme: str
+    amount: str
+    recipient_name: str | None
+    options: list[Option] = field(default_factory=list)
+    payout: dict | None = None
+
+
+def _image(product) -> str | None:
+    images = product.images or []
+    card = next((i for i in images if i.get("type") == "card"), images[0] if images else None)
+    if not card:
+        return None
+    src = card["src"]
+    return src if src.startswith(("https://", "http://", "data:")) else "/" + src.lstrip("/")
+
+
+def _effective_status(reward) -> str:
+    """An ACTIVE reward past its expiry is expired even before the expiry job has run."""
+    if reward.status == "ACTIVE" and reward.expires_at is not None and reward.expires_at <= utcnow():
+        return "EXPIRED"
+    return reward.status
+
+
+def why_unavailable(conn: Connection, reward, product, settings: Settings) -> str | None:
+    if product is None or not product.active:
+        return "No longer offered"
+    band = band_for(product, reward.currency_code)
+    if band is None:
+        return f"Not offered in {reward.currency_code}"
+    if not band["min_cents"] <= reward.denomination_cents <= band["max_cents"]:
+        return f"Not available for {format_money(reward.denomination_cents, reward.currency_code)}"
+    provider = provider_for(product)
+    if provider is None:
+        return "Not available at the moment"
+    return provider.why_unavailable(conn, product, settings)
+
+
+def _products(conn: Connection, ids: list[str]) -> dict:
+    if not ids:
+        return {}
+    return {row.id: row for row in conn.execute(select(products).where(products.c.id.in_(ids))).all()}
+
+
+def _options(conn: Connection, reward, settings: Settings) -> list[Option]:
+    ids = list(dict.fromkeys(reward.products or []))
+    known = _products(conn, ids)
+    options = []
+    for pid in ids:
+        product = known.get(pid)
+        if product is None:
+            options.append(Option(pid, pid, "", "", None, "No longer offered"))
+            continue
+        options.append(Option(product.id, product.name, product.description or "", product.category,
+                              _image(product), why_unavailable(conn, reward, product, settings)))
+    return options
+
+
+def _payout(conn: Connection, reward_id: str) -> dict | None:
+    row = conn.execute(
+        select(payouts, products.c.name, products.c.category, products.c.usage_instructions,
+               products.c.disclosure, products.c.images)
+        .join(products, products.c.id == payouts.c.product_id)
+        .where(payouts.c.reward_id == reward_id)
+    ).first()
+    if row is None:
+        return None
+    return {
+        "product_id": row.product_id, "product_name": row.name, "category": row.category,
+        "provider": row.provider, "code": row.code, "pin": row.pin, "url": row.url,
+        "confirmation": row.confirmation, "usage_instructions": row.usage_instructions,
+        "disclosure": row.disclosure, "image": _image(row), "created_at": row.created_at,
+    }
+
+
+def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
+    """Everything the page shows for a live token, or None for an unknown/revoked token."""
+    reward_id = tokens.reward_for(conn, token)
+    if reward_id is None:
+        return None
+    reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
+    if reward is None:
+        return None
+    org_name = conn.execute(
+        select(organizations.c.name).where(organizations.c.id == reward.organization_id)
+    ).scalar_one()
+    campaign = None
+    if reward.campaign_id:
+        campaign = conn.execute(
+            select(campaigns.c.webpage_style, campaigns.c.email_style)
+            .where(campaigns.c.id == reward.campaign_id, campaigns.c.organization_id == reward.organization_id)
+        ).first()
+    page_style = (campaign.webpage_style if campaign else None) or {}
+    email_style = (campaign.email_style if campaign else None) or {}
+    meta = reward.delivery_meta or {}
+    sender = meta.get("sender_name") or email_style.get("sender_name") or org_name
+    status = _effective_status(reward)
+    page = Page(
+        reward_id=reward.id,
+        token_hash=tokens.hash_token(token),
+        status=status,
+        sender=sender,
+        headline=page_style.get("headline") or f"{sender} sent you a reward",
+        message=page_style.get("message") or meta.get("message"),
+        logo_url=safe_url(page_style.get("logo_image_url") or email_style.get("logo_image_url")),
+        theme=theme_css(page_style, email_style),
+        amount=format_money(reward.denomination_cents, reward.currency_code),
+        recipient_name=reward.recipient_name,
+    )
+    if status == "REDEEMED":
+        page.payout = _payout(conn, reward.id)
+    elif status == "ACTIVE":
+        page.options = _options(conn, reward, settings)
+    return page
+
+
+def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings) -> str:
+    """Redeem the link's reward for product_id in ONE transaction; returns the reward id.
+
+    The conditional UPDATE is the gate: of two concurrent attempts only one changes the row
+    (PostgreSQL: the second waits on the row lock, then sees REDEEMED; SQLite: BEGIN
+    IMMEDIATE serialises them). The provider then issues inside the same transaction and
+    the payout row (primary key reward_id) is inserted; any failure rolls all of it back.
+    """
+    with db.write(engine) as conn:
+        reward_id = tokens.reward_for(conn, token)
+        if reward_id is None:
+            raise RedemptionError("not_found")
+        now = utcnow()
+        changed = conn.execute(
+            update(rewards)
+            .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE",
+                   or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > now))
+            .values(status="REDEEMED", redeemed_at=now)
+        ).rowcount
+        reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
+        if changed != 1:
+            status = _effective_status(reward)
+            raise RedemptionError({"REDEEMED": "already_redeemed", "CANCELED": "canceled"}.get(status, "expired"))
+        if product_id not in (reward.products or []):
+            raise RedemptionError("invalid_choice", "Choose one of the options shown.")
+        product = _products(conn, [product_id]).get(product_id)
+        reason = why_unavailable(conn, reward, product, settings)
+        if reason:
+            raise RedemptionError("unavailable", f"{product.name if product else product_id}: {reason}.")
+        provider = provider_for(product)
+        try:
+            issued = provider.issue(conn, reward=reward, product=product, settings=settings)
+        except OutOfStock:
+            raise RedemptionError("unavailable", f"{product.name} just ran out. Please choose another option.") \
+                from None
+        conn.execute(payouts.insert().values(
+            reward_id=reward.id, organization_id=reward.organization_id, product_id=product.id,
+            provider=provider.name, code=issued.code, pin=issued.pin, url=issued.url,
+            confirmation=issued.confirmation, created_at=now,
+        ))
+    return reward_id
