@@ -33,6 +33,14 @@ class Settings:
     mail_from_name: str = "Largesse Rewards"
     sms_url: str | None = None
     run_worker: bool = True
+    # Delivery worker (docs/delivery.md): threads per process, polling, leases, retries.
+    worker_concurrency: int = 2
+    worker_poll_seconds: float = 1.0
+    job_lease_seconds: float = 300.0
+    job_retry_base_seconds: float = 30.0
+    job_retry_max_seconds: float = 3600.0
+    expire_interval_seconds: float = 60.0
+    smtp_timeout_seconds: float = 30.0
     reward_expiry_days: int | None = None
     secret_key: str | None = None
 
@@ -66,6 +74,13 @@ class Settings:
             mail_from_name=get("MAIL_FROM_NAME", "Largesse Rewards"),
             sms_url=get("SMS_URL"),
             run_worker=get("RUN_WORKER", "1") not in ("0", "false", "no"),
+            worker_concurrency=int(get("WORKER_CONCURRENCY", "2")),
+            worker_poll_seconds=float(get("WORKER_POLL_SECONDS", "1")),
+            job_lease_seconds=float(get("JOB_LEASE_SECONDS", "300")),
+            job_retry_base_seconds=float(get("JOB_RETRY_BASE_SECONDS", "30")),
+            job_retry_max_seconds=float(get("JOB_RETRY_MAX_SECONDS", "3600")),
+            expire_interval_seconds=float(get("EXPIRE_INTERVAL_SECONDS", "60")),
+            smtp_timeout_seconds=float(get("SMTP_TIMEOUT_SECONDS", "30")),
             reward_expiry_days=int(expiry) if expiry else None,
             secret_key=get("SECRET_KEY"),
         )

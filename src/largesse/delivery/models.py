@@ -22,6 +22,10 @@ jobs = Table(
     Column("last_error", Text, nullable=True),
     Column("created_at", DateTime, nullable=False),
     Column("updated_at", DateTime, nullable=False),
+    # Set only on singleton (periodic) jobs, e.g. "expire_rewards": unique, so concurrent
+    # workers that each make sure the sweep exists still create one row (migration 0002).
+    Column("dedupe_key", String(60), nullable=True),
     Index("ix_jobs_claim", "status", "run_after"),
     Index("ix_jobs_reward", "reward_id"),
+    Index("uq_jobs_dedupe_key", "dedupe_key", unique=True),
 )

@@ -1,0 +1,146 @@
+"""Operator commands of the delivery domain: `largesse worker`, `largesse jobs ...`,
+`largesse org settings`. Registered by largesse.cli when this module exists."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated
+
+import typer
+
+from largesse import db
+
+jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", no_args_is_help=True)
+
+
+def _cli():
+    from largesse import cli
+
+    return cli
+
+
+def worker(
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c",
+                                                    help="Threads (default LARGESSE_WORKER_CONCURRENCY)")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Run the jobs due now, then exit")] = False,
+):
+    """Deliver rewards and run periodic jobs until stopped (Ctrl-C / SIGTERM finish the job in hand)."""
+    import signal
+
+    from largesse.delivery.worker import Worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli = _cli()
+    settings = cli._settings()
+    engine = cli._engine(settings)
+    w = Worker(engine, settings, concurrency=concurrency)
+    if once:
+        count = w.drain()
+        typer.echo(f"processed {count} jobs")
+        return
+    signal.signal(signal.SIGTERM, lambda *_: w.stopping.set())
+    try:
+        w.run_forever()
+    except KeyboardInterrupt:
+        w.stop()
+
+
+@jobs_app.command("list")
+def jobs_list(
+    status: Annotated[str | None, typer.Option(help="queued, running, done or dead")] = None,
+    kind: Annotated[str | None, typer.Option(help="deliver_reward, expire_rewards ...")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+):
+    """List jobs, newest first, with a count per status."""
+    from largesse.delivery import jobs as job_queue
+
+    cli = _cli()
+    if status is not None and status not in job_queue.STATUSES:
+        cli._fail(f"--status must be one of {', '.join(job_queue.STATUSES)}")
+    with db.read(cli._engine()) as conn:
+        rows = job_queue.list_jobs(conn, status=status, kind=kind, limit=limit)
+        counts = job_queue.counts(conn)
+    data = {"counts": counts, "jobs": [
+        {"id": r.id, "kind": r.kind, "status": r.status, "reward_id": r.reward_id, "attempts": r.attempts,
+         "max_attempts": r.max_attempts, "run_after": str(r.run_after), "locked_by": r.locked_by,
+         "last_error": r.last_error} for r in rows]}
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    typer.echo("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no jobs")
+    for r in rows:
+        typer.echo(f"{r.id:>8}  {r.kind:<15} {r.status:<8} {r.reward_id or '-':<20} "
+                   f"{r.attempts}/{r.max_attempts}  {r.run_after:%Y-%m-%d %H:%M:%S}  {(r.last_error or '')[:80]}")
+
+
+@jobs_app.command("retry")
+def jobs_retry(
+    job_id: Annotated[int | None, typer.Argument(help="The job's ID (from `jobs list`)")] = None,
+    all_dead: Annotated[bool, typer.Option("--all-dead", help="Retry every dead job")] = False,
+):
+    """Give a dead job (or every dead job) a fresh set of attempts, due now. A reward whose
+    delivery FAILED goes back to PENDING when its job is retried."""
+    from sqlalchemy import select, update
+
+    from largesse.delivery import jobs as job_queue
+    from largesse.delivery.models import jobs
+    from largesse.orders.models import rewards
+
+    cli = _cli()
+    if (job_id is None) == (not all_dead):
+        cli._fail("give a JOB_ID or --all-dead")
+    with db.write(cli._engine()) as conn:
+        if all_dead:
+            ids = list(conn.execute(select(jobs.c.id).where(jobs.c.status == job_queue.DEAD)).scalars())
+        else:
+            row = job_queue.get(conn, job_id)
+            if row is None:
+                cli._fail(f"no job {job_id}")
+            if row.status != job_queue.DEAD:
+                cli._fail(f"job {job_id} is {row.status}; only dead jobs are retried")
+            ids = [job_id]
+        reward_ids = list(conn.execute(
+            select(jobs.c.reward_id).where(jobs.c.id.in_(ids), jobs.c.kind == "deliver_reward",
+                                           jobs.c.reward_id.is_not(None))).scalars())
+        if reward_ids:
+            conn.execute(update(rewards)
+                         .where(rewards.c.id.in_(reward_ids), rewards.c.status == "ACTIVE",
+                                rewards.c.delivery_status == "FAILED")
+                         .values(delivery_status="PENDING", delivery_error=None))
+        count = job_queue.requeue(conn, ids)
+    typer.echo(f"requeued {count} job{'s' if count != 1 else ''}")
+
+
+def org_settings(
+    org: Annotated[str, typer.Option("--org", help="Organization ID")],
+    reward_expiry_days: Annotated[int | None, typer.Option(
+        "--reward-expiry-days", help="Days until an unredeemed reward expires and is refunded")] = None,
+    no_expiry: Annotated[bool, typer.Option("--no-reward-expiry",
+                                            help="Back to the default (LARGESSE_REWARD_EXPIRY_DAYS)")] = False,
+    campaign: Annotated[str | None, typer.Option("--campaign", help="Set it on this campaign instead")] = None,
+):
+    """Set an organization's (or one campaign's) reward expiry; applies to new rewards."""
+    from largesse.delivery import service
+
+    cli = _cli()
+    if (reward_expiry_days is None) == (not no_expiry):
+        cli._fail("give --reward-expiry-days N or --no-reward-expiry")
+    if reward_expiry_days is not None and not 1 <= reward_expiry_days <= 3650:
+        cli._fail("--reward-expiry-days must be between 1 and 3650")
+    with db.write(cli._engine()) as conn:
+        cli._require_org(conn, org)
+        if not service.set_expiry_days(conn, org=org, days=reward_expiry_days, campaign_id=campaign):
+            cli._fail(f"no campaign {campaign} in {org}")
+    where = f"campaign {campaign}" if campaign else f"organization {org}"
+    typer.echo(f"reward expiry of {where}: "
+               f"{f'{reward_expiry_days} days' if reward_expiry_days else 'default'} (new rewards)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("worker")(worker)
+    app.add_typer(jobs_app, name="jobs")
+    for group in app.registered_groups:
+        if group.name == "org" and group.typer_instance is not None:
+            group.typer_instance.command("settings")(org_settings)

@@ -1,0 +1,200 @@
+"""Reward actions after the order: resend, cancel, generate a link, expire.
+
+Each money-moving change (cancel, expiry) is one write transaction that (1) moves the
+reward out of ACTIVE with a conditional UPDATE and (2) credits the refund to the balance.
+The conditional UPDATE is what makes a cancel, an expiry and a redemption (which does
+UPDATE ... SET status='REDEEMED' WHERE status='ACTIVE') mutually exclusive: exactly one
+of them changes the row, the others see no row changed. The ledger's unique index on
+(reward_id, kind) is the second lock on the door: a refund is credited at most once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import Connection, Engine, or_, select, update
+
+from largesse import db
+from largesse.config import Settings
+from largesse.delivery import jobs as job_queue
+from largesse.delivery.models import jobs
+from largesse.errors import Forbidden, NotFound, Unprocessable
+from largesse.funding import service as funding
+from largesse.orders.models import orders, rewards
+from largesse.orders.service import EMAIL, PHONE
+from largesse.orgs.service import email_key
+from largesse.redemption import tokens
+from largesse.timeutil import utcnow
+
+log = logging.getLogger("largesse.delivery")
+
+REFUND_KIND = "reward_refund"
+EXPIRE_BATCH = 500
+
+
+def _reward_or_404(conn: Connection, org: str, reward_id: str):
+    row = conn.execute(
+        select(rewards).where(rewards.c.organization_id == org, rewards.c.id == reward_id)
+    ).first()
+    if row is None:
+        raise NotFound(f"Reward {reward_id} not found", {"id": ["not found"]})
+    return row
+
+
+def refund(conn: Connection, reward, *, memo: str) -> int:
+    """Credit the reward's denomination and fee back to the balance that paid for it, in
+    the caller's transaction; returns the cents refunded. A second refund of the same
+    reward violates the ledger's unique index and aborts the caller's transaction."""
+    amount = reward.denomination_cents + reward.fee_cents
+    source_id = conn.execute(select(orders.c.funding_source_id).where(orders.c.id == reward.order_id)).scalar_one()
+    funding.credit(conn, funding_source_id=source_id, organization_id=reward.organization_id, amount_cents=amount,
+                   kind=REFUND_KIND, memo=memo, order_id=reward.order_id, reward_id=reward.id)
+    conn.execute(update(orders).where(orders.c.id == reward.order_id)
+                 .values(refund_cents=orders.c.refund_cents + amount))
+    return amount
+
+
+def _drop_queued_deliveries(conn: Connection, reward_id: str, why: str) -> None:
+    conn.execute(
+        update(jobs).where(jobs.c.reward_id == reward_id, jobs.c.kind == "deliver_reward",
+                           jobs.c.status == job_queue.QUEUED)
+        .values(status=job_queue.DONE, last_error=why, updated_at=utcnow())
+    )
+
+
+def cancel_reward(engine: Engine, *, org: str, reward_id: str) -> int:
+    """Cancel an unredeemed, unexpired reward and refund it; returns the cents refunded.
+
+    Any ACTIVE reward can be canceled, whatever its delivery status (Tremendous cancels
+    only failed deliveries; docs/delivery.md explains why Largesse is more lenient).
+    """
+    now = utcnow()
+    with db.write(engine) as conn:
+        reward = _reward_or_404(conn, org, reward_id)
+        changed = conn.execute(
+            update(rewards)
+            .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE",
+                   or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > now))
+            .values(status="CANCELED", canceled_at=now)
+        ).rowcount
+        if not changed:
+            status = conn.execute(select(rewards.c.status).where(rewards.c.id == reward_id)).scalar_one()
+            reason = {"REDEEMED": "it has been redeemed", "CANCELED": "it is already canceled",
+                      "EXPIRED": "it has expired"}.get(status, "it has expired")
+            raise Unprocessable(f"Reward {reward_id} cannot be canceled: {reason}", {"id": [reason]})
+        amount = refund(conn, reward, memo=f"reward {reward_id} canceled")
+        _drop_queued_deliveries(conn, reward_id, "reward canceled")
+    return amount
+
+
+def resend_reward(engine: Engine, settings: Settings, *, org: str, reward_id: str, updated_email: str | None,
+                  updated_phone: str | None) -> None:
+    """Queue a new delivery of a reward whose delivery FAILED, optionally to a new address."""
+    if updated_email is not None and updated_phone is not None:
+        raise Unprocessable("Send at most one of updated_email and updated_phone",
+                            {"updated_phone": ["cannot be combined with updated_email"]})
+    if updated_email is not None:
+        updated_email = updated_email.strip()
+        if not EMAIL.match(updated_email):
+            raise Unprocessable("updated_email is not a valid email address",
+                                {"updated_email": ["is not a valid email address"]})
+    if updated_phone is not None:
+        updated_phone = updated_phone.strip()
+        if not PHONE.match(updated_phone):
+            raise Unprocessable("updated_phone is not a valid phone number (use a + country code)",
+                                {"updated_phone": ["is not a valid phone number"]})
+    with db.write(engine) as conn:
+        reward = _reward_or_404(conn, org, reward_id)
+        if updated_email is not None and settings.sandbox and not _is_member(conn, org, updated_email):
+            raise Unprocessable("In the sandbox, rewards can only be sent to members of your organization",
+                                {"updated_email": ["is not a member of your organization"]})
+        method = reward.delivery_method
+        if method == "LINK":
+            raise Unprocessable("LINK rewards are not delivered by Largesse; use generate_link",
+                                {"id": ["is a LINK reward"]})
+        if updated_email is not None and method != "EMAIL":
+            raise Unprocessable(f"updated_email applies to EMAIL rewards; this one is {method}",
+                                {"updated_email": [f"does not apply to {method} delivery"]})
+        if updated_phone is not None and method != "PHONE":
+            raise Unprocessable(f"updated_phone applies to PHONE rewards; this one is {method}",
+                                {"updated_phone": [f"does not apply to {method} delivery"]})
+        if reward.status != "ACTIVE":
+            raise Unprocessable(f"Reward {reward_id} is {reward.status.lower()}; it cannot be resent",
+                                {"id": [f"is {reward.status.lower()}"]})
+        if reward.delivery_status != "FAILED":
+            raise Unprocessable(
+                f"Only rewards whose delivery failed can be resent; this delivery is {reward.delivery_status}",
+                {"id": [f"delivery is {reward.delivery_status}, not FAILED"]})
+        values: dict = {"delivery_status": "PENDING", "delivery_error": None}
+        if updated_email is not None:
+            values["recipient_email"] = updated_email
+        if updated_phone is not None:
+            values["recipient_phone"] = updated_phone
+        changed = conn.execute(
+            update(rewards).where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE",
+                                  rewards.c.delivery_status == "FAILED").values(**values)
+        ).rowcount
+        if not changed:
+            raise Unprocessable(f"Reward {reward_id} changed meanwhile; it cannot be resent", {"id": ["changed"]})
+        job_queue.enqueue(conn, kind="deliver_reward", organization_id=org, reward_id=reward_id)
+
+
+def _is_member(conn: Connection, org: str, email: str) -> bool:
+    from largesse.orgs.models import members
+
+    return conn.execute(
+        select(members.c.id).where(members.c.organization_id == org, members.c.email_key == email_key(email))
+    ).first() is not None
+
+
+def generate_link(engine: Engine, settings: Settings, *, org: str, reward_id: str) -> str:
+    """A fresh redemption link for a LINK reward. Earlier links stay valid: the one in the
+    create response may already be in the recipient's hands (docs/delivery.md)."""
+    with db.write(engine) as conn:
+        reward = _reward_or_404(conn, org, reward_id)
+        if reward.delivery_method != "LINK":
+            raise Forbidden(f"Links can only be generated for LINK rewards; this one is {reward.delivery_method}",
+                            {"id": [f"is delivered by {reward.delivery_method}"]})
+        token = tokens.issue(conn, reward_id)
+    return tokens.link(settings.public_url, token)
+
+
+def expire_due(engine: Engine, *, now=None) -> int:
+    """Mark ACTIVE rewards past expires_at as EXPIRED and refund each, one transaction per
+    reward; returns how many expired. Safe to run from several workers at once."""
+    now = now or utcnow()
+    expired = 0
+    while True:
+        with db.read(engine) as conn:
+            ids = list(conn.execute(
+                select(rewards.c.id).where(rewards.c.status == "ACTIVE", rewards.c.expires_at <= now)
+                .order_by(rewards.c.expires_at).limit(EXPIRE_BATCH)
+            ).scalars())
+        for reward_id in ids:
+            with db.write(engine) as conn:
+                row = conn.execute(
+                    update(rewards)
+                    .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE", rewards.c.expires_at <= now)
+                    .values(status="EXPIRED").returning(*rewards.c)
+                ).first()
+                if row is None:
+                    continue  # redeemed or canceled meanwhile, or another worker expired it
+                refund(conn, row, memo=f"reward {reward_id} expired")
+                _drop_queued_deliveries(conn, reward_id, "reward expired")
+                expired += 1
+        if len(ids) < EXPIRE_BATCH:
+            return expired
+
+
+def set_expiry_days(conn: Connection, *, org: str, days: int | None, campaign_id: str | None = None) -> bool:
+    """Set the reward expiry of an organization, or of one of its campaigns (None: the default).
+    New rewards use it; existing rewards keep their expires_at."""
+    from largesse.campaigns.models import campaigns
+    from largesse.orgs.models import organizations
+
+    if campaign_id is not None:
+        statement = (update(campaigns).where(campaigns.c.organization_id == org, campaigns.c.id == campaign_id)
+                     .values(reward_expiry_days=days, updated_at=utcnow()))
+    else:
+        statement = update(organizations).where(organizations.c.id == org).values(reward_expiry_days=days)
+    return conn.execute(statement).rowcount == 1

@@ -1,0 +1,132 @@
+"""What a claimed job does. Each handler is idempotent: a job may run twice (a lease taken
+over, a crash after sending but before the commit), so it first checks that the work is
+still to be done, and its final write is conditional on the state it expects.
+
+deliver_reward, in three steps:
+1. one write transaction: the reward must still be ACTIVE with delivery PENDING/SCHEDULED;
+   a fresh redemption token is issued (committed before the email carries it, so the
+   link in any email that went out always works);
+2. render and send, outside any transaction;
+3. one write transaction: delivery SUCCEEDED (conditional) and the job done.
+A process that dies between the SMTP server's acceptance and step 3 sends the email again
+when the job is reclaimed: delivery is at-least-once (docs/delivery.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+
+from largesse import db
+from largesse.campaigns import service as campaigns_service
+from largesse.config import Settings
+from largesse.delivery import compose, service
+from largesse.delivery import jobs as job_queue
+from largesse.delivery.transport import DeliveryError, sandbox_outcome
+from largesse.fields import service as fields_service
+from largesse.orders.models import reward_field_values, rewards
+from largesse.redemption import tokens
+from largesse.timeutil import utcnow
+
+log = logging.getLogger("largesse.delivery")
+
+SMS_NOT_IMPLEMENTED = ("SMS delivery is not implemented in this version of Largesse: no text message was sent. "
+                       "Cancel the reward, or order it again with EMAIL or LINK delivery")
+
+
+@dataclass
+class Context:
+    engine: object
+    settings: Settings
+    worker_id: str
+    transport: object
+
+
+def run_job(ctx: Context, job) -> str:
+    """Run one claimed job and record its outcome; returns a short outcome word."""
+    try:
+        if job.kind == "deliver_reward":
+            return deliver_reward(ctx, job)
+        if job.kind == "expire_rewards":
+            return expire_rewards(ctx, job)
+        raise DeliveryError(f"unknown job kind {job.kind!r}", permanent=True)
+    except DeliveryError as exc:
+        return fail(ctx, job, str(exc), permanent=exc.permanent)
+    except Exception as exc:  # a bug or the database: retry with backoff, keep the worker alive
+        log.exception("job %s (%s) raised", job.id, job.kind)
+        return fail(ctx, job, f"{type(exc).__name__}: {exc}", permanent=False)
+
+
+def fail(ctx: Context, job, error: str, *, permanent: bool) -> str:
+    settings = ctx.settings
+    with db.write(ctx.engine) as conn:
+        status = job_queue.mark_failed(conn, job, ctx.worker_id, error, permanent=permanent,
+                                       base=settings.job_retry_base_seconds, cap=settings.job_retry_max_seconds)
+        if status == job_queue.DEAD and job.kind == "deliver_reward" and job.reward_id:
+            conn.execute(
+                update(rewards)
+                .where(rewards.c.id == job.reward_id, rewards.c.delivery_status.in_(("PENDING", "SCHEDULED")))
+                .values(delivery_status="FAILED", delivery_error=error[:2000])
+            )
+    log.info("job %s (%s) attempt %s failed (%s): %s", job.id, job.kind, job.attempts,
+             status or "lease lost", error)
+    return status or "lost"
+
+
+def deliver_reward(ctx: Context, job) -> str:
+    settings = ctx.settings
+    with db.write(ctx.engine) as conn:
+        reward = conn.execute(select(rewards).where(rewards.c.id == job.reward_id)).first()
+        if reward is None or reward.status != "ACTIVE" or reward.delivery_status not in ("PENDING", "SCHEDULED"):
+            note = "skipped: reward not found" if reward is None else (
+                f"skipped: reward {reward.status}, delivery {reward.delivery_status}")
+            job_queue.mark_done(conn, job, ctx.worker_id, note)
+            return "skipped"
+        if reward.delivery_method == "PHONE":
+            raise DeliveryError(SMS_NOT_IMPLEMENTED, permanent=True)
+        if reward.delivery_method != "EMAIL" or not reward.recipient_email:
+            raise DeliveryError(f"nothing to deliver for a {reward.delivery_method} reward", permanent=True)
+        if settings.sandbox:
+            sandbox_outcome(reward.recipient_email, job.attempts)
+        mail = _gather(conn, reward)
+        token = tokens.issue(conn, reward.id)
+    try:
+        message = compose.build(mail, link=tokens.link(settings.public_url, token), mail_from=settings.mail_from,
+                                mail_from_name=settings.mail_from_name, now=utcnow())
+    except (ValueError, TypeError) as exc:  # e.g. an address the email library cannot encode
+        raise DeliveryError(f"cannot build the message: {exc}", permanent=True) from None
+    ctx.transport.send(message)
+    with db.write(ctx.engine) as conn:
+        conn.execute(
+            update(rewards)
+            .where(rewards.c.id == reward.id, rewards.c.delivery_status.in_(("PENDING", "SCHEDULED")))
+            .values(delivery_status="SUCCEEDED", delivered_at=utcnow(), delivery_error=None)
+        )
+        job_queue.mark_done(conn, job, ctx.worker_id)
+    return "sent"
+
+
+def _gather(conn, reward) -> compose.RewardMail:
+    campaign = campaigns_service.get(conn, reward.organization_id, reward.campaign_id) if reward.campaign_id else None
+    values = {f.label.lower(): "" for f in fields_service.list_for(conn, reward.organization_id)}
+    for row in conn.execute(select(reward_field_values.c.label, reward_field_values.c.value)
+                            .where(reward_field_values.c.reward_id == reward.id)):
+        values[row.label.lower()] = row.value
+    return compose.RewardMail(
+        reward_id=reward.id, recipient_name=reward.recipient_name, recipient_email=reward.recipient_email,
+        denomination_cents=reward.denomination_cents, currency_code=reward.currency_code,
+        expires_at=reward.expires_at, language=reward.language, delivery_meta=reward.delivery_meta,
+        email_style=campaign.email_style if campaign else None,
+        webpage_style=campaign.webpage_style if campaign else None, field_values=values,
+    )
+
+
+def expire_rewards(ctx: Context, job) -> str:
+    count = service.expire_due(ctx.engine)
+    if count:
+        log.info("expired and refunded %s rewards", count)
+    with db.write(ctx.engine) as conn:
+        job_queue.reschedule(conn, job, ctx.worker_id, ctx.settings.expire_interval_seconds)
+    return "swept"

@@ -1,0 +1,170 @@
+"""Getting a rendered message out: SMTP (LARGESSE_SMTP_URL) or a Maildir (LARGESSE_MAIL_DIR).
+
+Failures are classified once, here, because the worker's whole retry policy hangs on it:
+- permanent (DeliveryError.permanent): the server refused this recipient or this message
+  with a 5xx reply at RCPT or DATA. Retrying cannot help; the reward's delivery FAILS.
+- temporary: 4xx replies, refused or dropped connections, timeouts, and 5xx replies that
+  are about our own configuration (authentication, sender address): the operator can fix
+  those, and the rewards should go out once they do rather than all fail at once.
+
+An SMTP connection is kept open per worker thread and reused for the next message: a
+connect + EHLO (+ STARTTLS + AUTH) per email would cost more than the email itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import mailbox
+import smtplib
+import ssl
+from email.message import EmailMessage
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+log = logging.getLogger("largesse.delivery")
+
+# Sandbox test recipients (docs/sandbox.md): the +tag of the local part picks the outcome.
+SANDBOX_FAIL_TAG = "fail"
+SANDBOX_TEMPFAIL_TAG = "tempfail"
+SANDBOX_TEMPFAIL_ATTEMPTS = 2
+
+
+class DeliveryError(Exception):
+    def __init__(self, message: str, *, permanent: bool):
+        super().__init__(message)
+        self.permanent = permanent
+
+
+def plus_tag(address: str) -> str | None:
+    local = address.rpartition("@")[0]
+    return local.split("+", 1)[1].lower() if "+" in local else None
+
+
+def sandbox_outcome(address: str, attempt: int) -> None:
+    """Raise the failure a sandbox test recipient asks for; return for everyone else."""
+    tag = plus_tag(address)
+    if tag == SANDBOX_FAIL_TAG:
+        raise DeliveryError("550 5.1.1 sandbox test recipient (+fail): mailbox unavailable", permanent=True)
+    if tag == SANDBOX_TEMPFAIL_TAG and attempt <= SANDBOX_TEMPFAIL_ATTEMPTS:
+        raise DeliveryError(f"451 4.3.0 sandbox test recipient (+tempfail): try again later "
+                            f"(attempt {attempt} of {SANDBOX_TEMPFAIL_ATTEMPTS} that fail)", permanent=False)
+
+
+class _Dropped(Exception):
+    """The connection went away under us (maybe an idle connection the server closed)."""
+
+
+class MaildirTransport:
+    """Writes each message as a file in a Maildir (tmp/ then rename to new/): atomic, safe
+    for several processes, and readable by mutt, Thunderbird, or `ls var/mail/new`."""
+
+    def __init__(self, path: str):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.box = mailbox.Maildir(path, create=True)
+
+    def send(self, message: EmailMessage) -> None:
+        try:
+            self.box.add(message)
+        except OSError as exc:
+            raise DeliveryError(f"cannot write to the Maildir: {exc}", permanent=False) from exc
+
+    def close(self) -> None:
+        pass
+
+
+class SmtpTransport:
+    def __init__(self, url: str, *, timeout: float = 30.0):
+        parts = urlsplit(url)
+        if parts.scheme not in ("smtp", "smtps"):
+            raise ValueError("LARGESSE_SMTP_URL must start with smtp:// or smtps://")
+        query = {k: v[-1].lower() for k, v in parse_qs(parts.query).items()}
+        self.ssl = parts.scheme == "smtps"
+        self.starttls = query.get("starttls") in ("1", "true", "yes")
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or (465 if self.ssl else 25)
+        self.user = unquote(parts.username) if parts.username else None
+        self.password = unquote(parts.password) if parts.password else None
+        self.timeout = timeout
+        self.conn: smtplib.SMTP | None = None
+
+    def _connect(self) -> smtplib.SMTP:
+        context = ssl.create_default_context()
+        if self.ssl:
+            conn = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
+        else:
+            conn = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+            if self.starttls:
+                conn.starttls(context=context)
+        if self.user:
+            conn.login(self.user, self.password or "")
+        return conn
+
+    def send(self, message: EmailMessage) -> None:
+        reused = self.conn is not None
+        try:
+            self._send_once(message)
+        except _Dropped:
+            self.close()
+            if not reused:
+                raise DeliveryError("the SMTP server closed the connection", permanent=False) from None
+            # The server had dropped our idle connection: one fresh attempt now.
+            try:
+                self._send_once(message)
+            except _Dropped:
+                self.close()
+                raise DeliveryError("the SMTP server closed the connection", permanent=False) from None
+
+    def _send_once(self, message: EmailMessage) -> None:
+        try:
+            if self.conn is None:
+                self.conn = self._connect()
+            refused = self.conn.send_message(message)
+        except (smtplib.SMTPServerDisconnected, ConnectionResetError, BrokenPipeError):
+            raise _Dropped() from None
+        except smtplib.SMTPRecipientsRefused as exc:
+            self._reset()
+            code, text = next(iter(exc.recipients.values()))
+            raise DeliveryError(_reply(code, text), permanent=500 <= code < 600) from None
+        except smtplib.SMTPResponseException as exc:
+            # DATA refused with 5xx: this message is refused. Sender/auth refusals: our config.
+            self._reset()
+            permanent = isinstance(exc, smtplib.SMTPDataError) and 500 <= exc.smtp_code < 600
+            raise DeliveryError(_reply(exc.smtp_code, exc.smtp_error), permanent=permanent) from None
+        except (OSError, smtplib.SMTPException) as exc:
+            self.close()
+            raise DeliveryError(f"SMTP {self.host}:{self.port} unavailable: {exc or type(exc).__name__}",
+                                permanent=False) from None
+        if refused:
+            code, text = next(iter(refused.values()))
+            raise DeliveryError(_reply(code, text), permanent=500 <= code < 600)
+
+    def _reset(self) -> None:
+        """After a refused message, RSET keeps the connection usable for the next one."""
+        try:
+            if self.conn is not None:
+                self.conn.rset()
+        except Exception:
+            self.close()
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.quit()
+            except Exception:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+
+def _reply(code: int, text) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return f"SMTP {code} {text}".strip()
+
+
+def open_transport(settings) -> MaildirTransport | SmtpTransport:
+    if settings.smtp_url:
+        return SmtpTransport(settings.smtp_url, timeout=settings.smtp_timeout_seconds)
+    return MaildirTransport(settings.mail_dir)
