@@ -81,6 +81,9 @@ def create(conn: Connection, organization_id: str, values: dict):
 
 def update(conn: Connection, organization_id: str, campaign_id: str, changes: dict):
     current = get_or_404(conn, organization_id, campaign_id)
+    # null means "not given": the official client's from_dict() sends every nullable key
+    # (description, fee_charged_to, auto_add_product_rule) as null on a partial update.
+    changes = {k: v for k, v in changes.items() if v is not None}
     _check_rule(changes)
     values = {k: v for k, v in changes.items() if k in campaigns.c}
     if "products" in values:
