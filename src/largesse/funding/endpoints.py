@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from largesse import db
 from largesse.auth import CallerDep
+from largesse.errors import NotFound
 from largesse.funding import service
 from largesse.money import to_wire
 from largesse.schemas import Out
@@ -55,6 +56,9 @@ def list_funding_sources(caller: CallerDep, engine: EngineDep):
 def get_funding_source(funding_source_id: str, caller: CallerDep, engine: EngineDep):
     """A funding source by ID, or the keyword BALANCE (any case)."""
     clean_text(funding_source_id, "id", max_length=200)
+    if funding_source_id.upper() in service.UNSUPPORTED_METHODS:
+        # No invoice funding source exists here; 404 is what get_funding_source decodes.
+        raise NotFound(f"No {funding_source_id.upper()} funding source", {"id": ["not found"]})
     with db.read(engine) as conn:
         row = service.resolve(conn, caller.organization_id, funding_source_id)
     return json_response({"funding_source": to_wire_source(row)})
