@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, select
 
 from largesse.catalog.models import products
 from largesse.ids import ALPHABET
@@ -26,11 +26,14 @@ class CatalogError(ValueError):
     pass
 
 
+_MANY = select(products).where(products.c.id.in_(bindparam("ids", expanding=True)), products.c.active.is_(True))
+
+
 def get_many(conn: Connection, ids: Iterable[str]) -> dict[str, object]:
     ids = list(set(ids))
     if not ids:
         return {}
-    rows = conn.execute(select(products).where(products.c.id.in_(ids), products.c.active.is_(True))).all()
+    rows = conn.execute(_MANY, {"ids": ids}).all()
     return {row.id: row for row in rows}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import date
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.exc import IntegrityError
 
 from largesse.errors import Unprocessable
@@ -19,10 +19,11 @@ EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
 
+_FOR_ORG = select(fields).where(fields.c.organization_id == bindparam("org")).order_by(fields.c.created_at, fields.c.id)
+
+
 def list_for(conn: Connection, organization_id: str):
-    return conn.execute(
-        select(fields).where(fields.c.organization_id == organization_id).order_by(fields.c.created_at, fields.c.id)
-    ).all()
+    return conn.execute(_FOR_ORG, {"org": organization_id}).all()
 
 
 def create(conn: Connection, *, organization_id: str, display_name: str, data_type: str, options: list[str] | None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from largesse.errors import BadRequest, NotFound, PaymentRequired
 from largesse.funding.models import funding_sources, ledger_entries
@@ -28,6 +28,25 @@ def create_balance(conn: Connection, *, organization_id: str, currency_code: str
     return fs_id
 
 
+_BY_METHOD = select(funding_sources).where(
+    funding_sources.c.organization_id == bindparam("org"), funding_sources.c.method == "balance")
+_BY_ID = select(funding_sources).where(
+    funding_sources.c.organization_id == bindparam("org"), funding_sources.c.id == bindparam("id"))
+_DEBIT = (
+    update(funding_sources)
+    .where(funding_sources.c.id == bindparam("fs_id"), funding_sources.c.available_cents >= bindparam("amount"))
+    .values(available_cents=funding_sources.c.available_cents - bindparam("amount"))
+    .returning(funding_sources.c.available_cents)
+)
+_CREDIT = (
+    update(funding_sources)
+    .where(funding_sources.c.id == bindparam("fs_id"))
+    .values(available_cents=funding_sources.c.available_cents + bindparam("amount"))
+    .returning(funding_sources.c.available_cents)
+)
+_APPEND = ledger_entries.insert()
+
+
 def resolve(conn: Connection, organization_id: str, funding_source_id: str, *, loc=("id",)):
     """A funding source of the organization by ID or keyword; 404 for anything else."""
     keyword = funding_source_id.upper()
@@ -36,12 +55,10 @@ def resolve(conn: Connection, organization_id: str, funding_source_id: str, *, l
             f"Funding source {funding_source_id} is not available: this service pays only from the balance",
             _at(loc, "is not available"),
         )
-    query = select(funding_sources).where(funding_sources.c.organization_id == organization_id)
     if keyword == MAGIC_BALANCE:
-        query = query.where(funding_sources.c.method == "balance")
+        row = conn.execute(_BY_METHOD, {"org": organization_id}).first()
     else:
-        query = query.where(funding_sources.c.id == funding_source_id)
-    row = conn.execute(query).first()
+        row = conn.execute(_BY_ID, {"org": organization_id, "id": funding_source_id}).first()
     if row is None:
         raise NotFound(f"Funding source {funding_source_id} not found", _at(loc, "not found"))
     return row
@@ -72,12 +89,7 @@ def debit(conn: Connection, *, funding_source_id: str, organization_id: str, amo
     """
     if amount_cents < 0:
         raise ValueError("debit amount must be >= 0")
-    row = conn.execute(
-        update(funding_sources)
-        .where(funding_sources.c.id == funding_source_id, funding_sources.c.available_cents >= amount_cents)
-        .values(available_cents=funding_sources.c.available_cents - amount_cents)
-        .returning(funding_sources.c.available_cents)
-    ).first()
+    row = conn.execute(_DEBIT, {"fs_id": funding_source_id, "amount": amount_cents}).first()
     if row is None:
         raise PaymentRequired(
             "Insufficient funds in the balance for this order",
@@ -92,22 +104,17 @@ def credit(conn: Connection, *, funding_source_id: str, organization_id: str, am
            memo: str | None = None, order_id: str | None = None, reward_id: str | None = None) -> int:
     if amount_cents <= 0:
         raise ValueError("credit amount must be > 0")
-    balance_after = conn.execute(
-        update(funding_sources)
-        .where(funding_sources.c.id == funding_source_id)
-        .values(available_cents=funding_sources.c.available_cents + amount_cents)
-        .returning(funding_sources.c.available_cents)
-    ).scalar_one()
+    balance_after = conn.execute(_CREDIT, {"fs_id": funding_source_id, "amount": amount_cents}).scalar_one()
     _append(conn, funding_source_id, organization_id, amount_cents, balance_after, kind, memo, order_id, reward_id)
     return balance_after
 
 
 def _append(conn, funding_source_id, organization_id, amount, balance_after, kind, memo, order_id, reward_id):
-    conn.execute(ledger_entries.insert().values(
-        funding_source_id=funding_source_id, organization_id=organization_id, amount_cents=amount,
-        balance_after_cents=balance_after, kind=kind, memo=memo, order_id=order_id, reward_id=reward_id,
-        created_at=utcnow(),
-    ))
+    conn.execute(_APPEND, {
+        "funding_source_id": funding_source_id, "organization_id": organization_id, "amount_cents": amount,
+        "balance_after_cents": balance_after, "kind": kind, "memo": memo, "order_id": order_id,
+        "reward_id": reward_id, "created_at": utcnow(),
+    })
 
 
 @dataclass

@@ -1,9 +1,12 @@
-"""Placing orders: validation against the catalog, campaigns and fields, then one
-transaction that writes the order, its rewards, their field values and delivery jobs,
-and debits the balance.
+"""Placing orders: validation against the catalog, campaigns and fields, then the order,
+its rewards, their field values and delivery jobs, and the debit of the balance.
 
-Reads happen before the write transaction so that the write lock (SQLite's database lock,
-PostgreSQL's row lock on the balance) is held only for the inserts and the debit.
+All of it is one write transaction. On PostgreSQL the balance's row lock is taken only by
+the debit, the last statement, so concurrent orders overlap until then; on SQLite the
+request runs inline on the event loop (web.run_db) and writers are serialized anyway, so
+a separate read transaction would only add a connection checkout and a BEGIN/COMMIT.
+Statements are built once at import: constructing them per request cost more CPU than
+the database work itself.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import orjson
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy.exc import IntegrityError
 
 from largesse import db
@@ -32,6 +35,7 @@ from largesse.orders import repository
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.schemas import CreateOrderIn, RewardIn
 from largesse.orders.wire import order_to_wire, reward_to_wire
+from largesse.orgs.models import members as _members
 from largesse.orgs.service import email_key
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
@@ -78,20 +82,16 @@ def request_hash(body: CreateOrderIn) -> str:
 def place_order(engine: Engine, *, settings: Settings, caller: Caller, body: CreateOrderIn) -> PlacedOrder:
     org = caller.organization_id
     fingerprint = request_hash(body)
-    if body.external_id is not None:
-        with db.read(engine) as conn:
-            replay = _replay(conn, org, body.external_id, fingerprint, settings)
-        if replay is not None:
-            return replay
-
     reward_inputs = [(("reward",), body.reward)] if body.reward is not None else [
         (("rewards", i), r) for i, r in enumerate(body.rewards or [])
     ]
-    with db.read(engine) as conn:
-        plan = _plan(conn, settings=settings, caller=caller, body=body, reward_inputs=reward_inputs)
-
     try:
         with db.write(engine) as conn:
+            if body.external_id is not None:
+                replay = _replay(conn, org, body.external_id, fingerprint, settings)
+                if replay is not None:
+                    return replay
+            plan = _plan(conn, settings=settings, caller=caller, body=body, reward_inputs=reward_inputs)
             links = _write(conn, plan, fingerprint, body.external_id)
     except IntegrityError:
         if body.external_id is None:
@@ -111,10 +111,18 @@ def place_order(engine: Engine, *, settings: Settings, caller: Caller, body: Cre
     return PlacedOrder(order_to_wire(plan.order_row, wire_rewards))
 
 
+_BY_EXTERNAL_ID = select(orders).where(
+    orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
+_MEMBER_KEYS = select(_members.c.email_key).where(
+    _members.c.organization_id == bindparam("org"), _members.c.email_key.in_(bindparam("keys", expanding=True)))
+_INSERT_ORDER = orders.insert()
+_INSERT_REWARDS = rewards.insert()
+_INSERT_FIELD_VALUES = reward_field_values.insert()
+_INSERT_JOBS = jobs.insert()
+
+
 def _replay(conn: Connection, org: str, external_id: str, fingerprint: str, settings: Settings):
-    existing = conn.execute(
-        select(orders).where(orders.c.organization_id == org, orders.c.external_id == external_id)
-    ).first()
+    existing = conn.execute(_BY_EXTERNAL_ID, {"org": org, "external_id": external_id}).first()
     if existing is None:
         return None
     if existing.request_hash != fingerprint:
@@ -286,25 +294,21 @@ def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) ->
 
 
 def _member_keys(conn: Connection, org: str, reward_inputs) -> set[str]:
-    from largesse.orgs.models import members
-
     keys = {email_key(r.recipient.email) for _, r in reward_inputs if r.recipient.email}
     if not keys:
         return set()
-    return set(conn.execute(
-        select(members.c.email_key).where(members.c.organization_id == org, members.c.email_key.in_(keys))
-    ).scalars())
+    return set(conn.execute(_MEMBER_KEYS, {"org": org, "keys": list(keys)}).scalars())
 
 
 def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | None) -> dict[str, str]:
     order = plan.order_row
     order["request_hash"] = fingerprint if external_id is not None else None
-    conn.execute(orders.insert().values(**order))
-    conn.execute(rewards.insert(), plan.reward_rows)
+    conn.execute(_INSERT_ORDER, order)
+    conn.execute(_INSERT_REWARDS, plan.reward_rows)
     if plan.field_rows:
-        conn.execute(reward_field_values.insert(), plan.field_rows)
+        conn.execute(_INSERT_FIELD_VALUES, plan.field_rows)
     if plan.job_rows:
-        conn.execute(jobs.insert(), plan.job_rows)
+        conn.execute(_INSERT_JOBS, plan.job_rows)
     links = tokens.issue_many(conn, plan.link_reward_ids)
     funding.debit(conn, funding_source_id=plan.funding_source_id, organization_id=order["organization_id"],
                   amount_cents=order["total_cents"], kind="order", order_id=order["id"])
