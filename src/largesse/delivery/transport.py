@@ -59,8 +59,11 @@ class MaildirTransport:
     for several processes, and readable by mutt, Thunderbird, or `ls var/mail/new`."""
 
     def __init__(self, path: str):
-        Path(path).mkdir(parents=True, exist_ok=True)
-        self.box = mailbox.Maildir(path, create=True)
+        # mailbox.Maildir(create=True) makes tmp/new/cur only when the directory is new; an
+        # existing empty directory (a mounted volume, say) needs them too.
+        for sub in ("tmp", "new", "cur"):
+            (Path(path) / sub).mkdir(parents=True, exist_ok=True)
+        self.box = mailbox.Maildir(path, create=False)
 
     def send(self, message: EmailMessage) -> None:
         try:
