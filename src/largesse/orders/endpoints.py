@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from largesse import db
-from largesse.auth import CallerDep
+from largesse.auth import CallerDep, CredentialsDep
 from largesse.errors import BadRequest, NotFound
 from largesse.orders import repository, service
 from largesse.orders.schemas import CreateOrderIn, OrderEnvelope, OrderList, RewardEnvelope, RewardList
@@ -18,13 +18,13 @@ PAGINATION = ("offset", "limit")
 
 
 @router.post("/orders", response_model=OrderEnvelope, responses={201: {"model": OrderEnvelope}})
-async def create_order(body: CreateOrderIn, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def create_order(body: CreateOrderIn, credentials: CredentialsDep, engine: EngineDep, settings: SettingsDep):
     """Create an order of one (`reward`) or more (`rewards`) rewards, paid from the balance.
 
     200 for a new order; 201 with the original order for an identical replay of an
     `external_id`; 409 when the `external_id` was used with other parameters.
     """
-    placed = await run_db(engine, service.place_order, engine, settings=settings, caller=caller, body=body)
+    placed = await run_db(engine, service.place_order, engine, settings=settings, credentials=credentials, body=body)
     return json_response({"order": placed.order}, status_code=201 if placed.replay else 200)
 
 

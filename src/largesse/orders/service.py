@@ -20,8 +20,8 @@ import orjson
 from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy.exc import IntegrityError
 
-from largesse import db
-from largesse.auth import Caller
+from largesse import auth, db
+from largesse.auth import Caller, Credentials
 from largesse.campaigns import service as campaigns_service
 from largesse.catalog import service as catalog
 from largesse.config import Settings
@@ -79,14 +79,15 @@ def request_hash(body: CreateOrderIn) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
-def place_order(engine: Engine, *, settings: Settings, caller: Caller, body: CreateOrderIn) -> PlacedOrder:
-    org = caller.organization_id
+def place_order(engine: Engine, *, settings: Settings, credentials: Credentials, body: CreateOrderIn) -> PlacedOrder:
     fingerprint = request_hash(body)
     reward_inputs = [(("reward",), body.reward)] if body.reward is not None else [
         (("rewards", i), r) for i, r in enumerate(body.rewards or [])
     ]
     try:
         with db.write(engine) as conn:
+            caller = auth.verify(conn, credentials)
+            org = caller.organization_id
             if body.external_id is not None:
                 replay = _replay(conn, org, body.external_id, fingerprint, settings)
                 if replay is not None:
