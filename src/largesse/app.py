@@ -103,7 +103,8 @@ def install_error_handlers(app: FastAPI) -> None:
             loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
             message = err.get("msg", "is invalid")
             if err.get("type") == "json_invalid":
-                message = "Malformed JSON body"
+                # Its loc ends with the character position, which is no request key.
+                loc, message = (), "Malformed JSON body"
             elif message.startswith("Value error, "):
                 message = message[len("Value error, "):]
             problems.append((loc, message))

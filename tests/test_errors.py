@@ -1,0 +1,243 @@
+"""The one error shape, authentication, and "nothing ever 5xx" (API.md §4, §7.8, §7.12)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import httpx
+import pytest
+
+from tests.factories import available_cents, error, make_field, ok, order_body, orders_count
+
+
+def test_unknown_route_is_404_with_error_body(http, org):
+    error(http.get("/no_such_thing"), 404)
+    error(http.post("/orders/extra/segments", json={}), 404)
+    error(httpx.get(f"{org.base_url}/nowhere"), 404)
+
+
+@pytest.mark.parametrize(("method", "path"), [("DELETE", "/orders"), ("PATCH", "/campaigns"), ("PUT", "/orders"),
+                                              ("POST", "/funding_sources"), ("DELETE", "/products/X")])
+def test_wrong_method_is_405_with_error_body(http, method, path):
+    error(http.request(method, path), 405)
+
+
+@pytest.mark.parametrize("content", [b'{"payment": ', b"{'a': 1}", b"\xff\xfe", b"[" * 50000 + b"]" * 50000])
+def test_malformed_json_is_400(http, content):
+    errors = error(http.post("/orders", content=content, headers={"Content-Type": "application/json"}), 400)
+    assert all(not key.isdigit() for key in errors["payload"]), errors["payload"]
+
+
+def test_empty_and_non_object_bodies_are_400(http):
+    error(http.post("/orders", content=b"", headers={"Content-Type": "application/json"}), 400)
+    error(http.post("/orders"), 400)
+    for body in ([], [1, 2], "order", 5, None, True):
+        error(http.post("/orders", json=body), 400)
+    error(http.post("/campaigns", json=[]), 422)
+    error(http.post("/fields", json="x"), 422)
+
+
+@pytest.mark.parametrize("path", [("payment",), ("reward",), ("reward", "recipient"), ("reward", "delivery"),
+                                  ("reward", "value"), ("reward", "value", "denomination"),
+                                  ("payment", "funding_source_id")])
+def test_missing_keys_are_400_mirroring_the_key(org, http, path):
+    body = order_body(org.member_email)
+    node = body
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    errors = error(http.post("/orders", json=body), 400)
+    payload = errors["payload"]
+    if path == ("reward",):
+        assert payload  # "send exactly one of reward or rewards"
+    else:
+        for key in path:
+            payload = payload[key]
+        assert isinstance(payload, list) and payload
+    assert available_cents(http) == 500000
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer"},
+                                     {"Authorization": "Bearer LRG_SANDBOX_not-a-real-key"},
+                                     {"Authorization": "Bearer " + "x" * 5000}, {"Authorization": "Token abc"}])
+def test_bad_authorization_is_401(org, headers):
+    with httpx.Client(base_url=f"{org.base_url}/api/v2", headers=headers) as client:
+        for response in (client.get("/orders"), client.post("/orders", json=order_body(org.member_email)),
+                         client.get("/products"), client.get("/funding_sources/BALANCE")):
+            error(response, 401)
+
+
+def test_client_sees_401_body(org):
+    from tremendous import ApiClient, Configuration, TremendousApi
+    from tremendous.exceptions import UnauthorizedException
+
+    api = TremendousApi(ApiClient(Configuration(host=f"{org.base_url}/api/v2", access_token="LRG_SANDBOX_nope")))
+    with pytest.raises(UnauthorizedException) as caught:
+        api.list_funding_sources()
+    assert caught.value.data.errors.message
+
+
+def test_revoked_key_is_401(org, cli):
+    created = json.loads(cli("keys", "create", "--org", org.id, "--json").stdout)
+    with httpx.Client(base_url=f"{org.base_url}/api/v2",
+                      headers={"Authorization": f"Bearer {created['api_key']}"}) as client:
+        ok(client.get("/orders"))
+        cli("keys", "revoke", created["api_key_id"])
+        error(client.get("/orders"), 401)
+    assert cli("keys", "revoke", created["api_key_id"], check=False).returncode != 0
+
+
+def test_read_only_key_cannot_write(org, cli):
+    created = json.loads(cli("keys", "create", "--org", org.id, "--permission", "read_only", "--json").stdout)
+    with httpx.Client(base_url=f"{org.base_url}/api/v2",
+                      headers={"Authorization": f"Bearer {created['api_key']}"}) as client:
+        assert ok(client.get("/funding_sources"))["funding_sources"][0]["meta"]["available_cents"] == 500000
+        ok(client.get("/orders"))
+        error(client.post("/orders", json=order_body(org.member_email)), 403)
+        error(client.post("/campaigns", json={"name": "C", "products": ["PGCNWBOOKS01US"]}), 403)
+        error(client.post("/fields", json={"display_name": "D", "data_type": "Text"}), 403)
+        error(client.put("/campaigns/ANYCAMPAIGN0", json={"name": "x"}), 403)
+        assert ok(client.get("/orders"))["total_count"] == 0
+    assert cli("keys", "create", "--org", org.id, "--permission", "admin", check=False).returncode != 0
+
+
+NUL_URLS = [
+    "/orders/%00", "/orders?campaign_id=%00", "/orders?external_id=a%00b", "/orders?created_at%5Blte%5D=%00",
+    "/orders?offset=%00", "/rewards/%00", "/rewards?%00=x", "/rewards?dept=%00", "/rewards?limit=1%00",
+    "/products/%00", "/products?id=%00", "/products?country=U%00S", "/products?currency=%00",
+    "/products?subcategory=%00", "/campaigns/%00", "/funding_sources/%00", "/fields?x=%00",
+    "/orders/%C0%80", "/rewards?%FF=%FE", "/products/%F0%9F%8E%81",
+]
+
+
+@pytest.mark.parametrize("url", NUL_URLS)
+def test_nul_and_odd_bytes_in_query_and_path_never_5xx(http, url):
+    response = http.get(url)
+    assert response.status_code < 500, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    if response.status_code >= 400:
+        error(response, response.status_code)
+
+
+def test_nul_in_put_path_never_5xx(http):
+    error(http.put("/campaigns/%00", json={"name": "x"}), 400)
+
+
+def test_every_response_is_json(org, http):
+    responses = [http.get(p) for p in ("/orders", "/rewards", "/fields", "/funding_sources", "/campaigns",
+                                       "/products", "/products/PGCNWBOOKS01US", "/funding_sources/BALANCE")]
+    responses.append(http.post("/orders", json=order_body(org.member_email)))
+    for response in responses:
+        assert response.status_code == 200
+        assert response.headers["content-type"].split(";")[0] == "application/json"
+
+
+# --- fuzz ------------------------------------------------------------------------------------
+
+JUNK_COMMON = [None, True, False, 0, -1, 1e308, -1e308, 10**30, float("nan"), float("inf"), [], [[[{}]]],
+               {"$ne": 1}, "\u0000", "\ud800", "x" * 100_000, [None], ["\u0000"]]
+JUNK_FOR_STRING = [v for v in JUNK_COMMON if not isinstance(v, str) or len(v) > 1000 or "\u0000" in v
+                   or "\ud800" in v]
+JUNK_FOR_NUMBER = [v for v in JUNK_COMMON if not (isinstance(v, int | float) and not isinstance(v, bool))] + [
+    "10", "1e3", 0, -0.0, -25, 10.001, 1e-9, 10**30, 1e308, 99999999, float("nan")]
+JUNK_FOR_OBJECT = [v for v in JUNK_COMMON if not isinstance(v, dict)] + ["{}", 1.5]
+JUNK_FOR_LIST = [v for v in JUNK_COMMON if not (isinstance(v, list) and v == [])] + [[1], [{}], [[]], ["x" * 2000],
+                                                                                      {"0": "x"}, []]
+
+
+def _paths(node, prefix=()):
+    """Every (path, value) of a JSON document, containers included."""
+    yield prefix, node
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _paths(value, prefix + (key,))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _paths(value, prefix + (index,))
+
+
+def _junk_for(value, rng: random.Random):
+    if isinstance(value, str):
+        return rng.choice(JUNK_FOR_STRING)
+    if isinstance(value, bool) or not isinstance(value, int | float | dict | list):
+        return rng.choice(JUNK_COMMON)
+    if isinstance(value, int | float):
+        return rng.choice(JUNK_FOR_NUMBER)
+    if isinstance(value, dict):
+        return rng.choice(JUNK_FOR_OBJECT)
+    return rng.choice(JUNK_FOR_LIST)
+
+
+def _set(document, path, value):
+    if not path:
+        return value
+    node = document
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return document
+
+
+def _valid_base(email: str, field_id: str) -> dict:
+    body = order_body(email, custom_fields=[{"id": field_id, "value": "Sales"}], language="en")
+    body["reward"]["value"]["currency_code"] = "USD"
+    return body
+
+
+def test_fuzz_malformed_orders_never_5xx_and_never_charge(org, http):
+    field = make_field(http, required=True)
+    base = _valid_base(org.member_email, field["id"])
+    ok(http.post("/orders", json=base))  # the base itself is valid
+    balance, count = available_cents(http), orders_count(http)
+    paths = [p for p, _ in _paths(base)]
+    rng = random.Random(20240601)
+    seen_statuses = set()
+    for round_ in range(160):
+        body = copy.deepcopy(base)
+        for path in rng.sample(paths, k=rng.randint(1, 3)):
+            current = body
+            for key in path:
+                if not isinstance(current, dict | list) or isinstance(current, list) != isinstance(key, int):
+                    break  # an ancestor was already replaced by junk
+                try:
+                    current = current[key]
+                except (KeyError, IndexError):
+                    break
+            else:
+                body = _set(body, path, _junk_for(current, rng))
+        content = json.dumps(body).encode()  # NaN/Infinity/lone surrogates go out as Python writes them
+        response = http.post("/orders", content=content, headers={"Content-Type": "application/json"})
+        assert 400 <= response.status_code < 500, (round_, body if len(content) < 2000 else path,
+                                                   response.status_code, response.text[:500])
+        error(response, response.status_code)
+        seen_statuses.add(response.status_code)
+    assert available_cents(http) == balance and orders_count(http) == count
+    assert seen_statuses <= {400, 404}
+
+
+@pytest.mark.parametrize("name", ["Zoë 🎁 Ünïcödé", "مرحبا بالعالم", "a\u0301\u0302", "\u200b\u200dx", "𝔘𝔫𝔦",
+                                  "名" * 200])
+def test_unicode_round_trips(org, http, name):
+    body = order_body(org.member_email)
+    body["reward"]["recipient"]["name"] = name
+    body["external_id"] = f"ключ-{name[:20]}"
+    order = ok(http.post("/orders", content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}))
+    reward_id = order["order"]["rewards"][0]["id"]
+    assert ok(http.get(f"/rewards/{reward_id}"))["reward"]["recipient"]["name"] == name
+    listed = ok(http.get("/orders", params={"external_id": body["external_id"]}))
+    assert listed["total_count"] == 1 and listed["orders"][0]["external_id"] == body["external_id"]
+
+
+def test_fuzz_query_strings_never_5xx(http):
+    rng = random.Random(7)
+    pieces = ["%00", "%FF", "%5B", "%5D", "[gte]", "=", "&", "%2C", ",", "limit", "offset", "created_at",
+              "campaign_id", "external_id", "id", "country", "currency", "subcategory", "ALL_FEE_FREE", "🎁",
+              "x" * 300, "-1", "1e9", "null", "%20", "%", "%%", "+"]
+    for _ in range(80):
+        path = rng.choice(["/orders", "/rewards", "/products", "/campaigns", "/fields", "/funding_sources"])
+        query = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        response = http.get(f"{path}?{query}")
+        assert response.status_code < 500, (path, query, response.text)
+        assert response.headers["content-type"].startswith("application/json")
