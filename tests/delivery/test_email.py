@@ -165,3 +165,14 @@ def test_phone_rewards_fail_clearly_without_sms(org, make_server, fast, drain, e
     row = reward_row(engine, reward_id)
     assert row.delivery_status == "FAILED" and "not implemented" in row.delivery_error
     assert not sink.handler.to(org.member_email)
+
+
+def test_serve_runs_the_worker_in_process(org, make_server, fast, sink, engine):
+    settings = fast(smtp_url=sink.url)
+    server = make_server(run_worker=True, smtp_url=sink.url, worker_poll_seconds=0.05,
+                         worker_concurrency=settings.worker_concurrency)
+    with org.http() as client:
+        client.base_url = f"{server.url}/api/v2"
+        reward_id = ok(client.post("/orders", json=order_body(org.member_email)))["order"]["rewards"][0]["id"]
+        wait_for(lambda: ok(client.get(f"/rewards/{reward_id}"))["reward"]["delivery"]["status"] == "SUCCEEDED")
+    assert len(sink.handler.to(org.member_email)) == 1

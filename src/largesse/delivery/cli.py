@@ -44,6 +44,7 @@ def worker(
         w.run_forever()
     except KeyboardInterrupt:
         w.stop()
+    typer.echo(f"processed {w.processed} jobs")
 
 
 @jobs_app.command("list")
