@@ -168,9 +168,10 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.funding.transactions import router as transactions_router
     from largesse.orders.endpoints import router as orders_router
     from largesse.orgs.endpoints import router as orgs_router
+    from largesse.webhooks.endpoints import router as webhooks_router
 
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
-                   transactions_router, orgs_router):
+                   transactions_router, orgs_router, webhooks_router):
         app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     _include_optional(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

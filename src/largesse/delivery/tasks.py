@@ -51,6 +51,10 @@ def run_job(ctx: Context, job) -> str:
             return deliver_reward(ctx, job)
         if job.kind == "expire_rewards":
             return expire_rewards(ctx, job)
+        if job.kind == "deliver_webhook":
+            from largesse.webhooks.tasks import deliver_webhook
+
+            return deliver_webhook(ctx, job)
         raise DeliveryError(f"unknown job kind {job.kind!r}", permanent=True)
     except DeliveryError as exc:
         return fail(ctx, job, str(exc), permanent=exc.permanent)

@@ -39,6 +39,7 @@ from largesse.orgs.models import members as _members
 from largesse.orgs.service import email_key
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
+from largesse.webhooks import service as webhooks
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 EMAIL = re.compile(r"^[^@\s\"'<>(),;:\\]+@" + _LABEL + r"(?:\." + _LABEL + r")+$")
@@ -313,6 +314,7 @@ def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | N
     links = tokens.issue_many(conn, plan.link_reward_ids)
     funding.debit(conn, funding_source_id=plan.funding_source_id, organization_id=order["organization_id"],
                   amount_cents=order["total_cents"], kind="order", order_id=order["id"])
+    webhooks.emit(conn, order["organization_id"], [("ORDERS.CREATED", order["id"])])
     return links
 
 

@@ -1,0 +1,109 @@
+"""Webhooks: one endpoint per organization, signed event deliveries through the outbox.
+
+An event is a `deliver_webhook` job written in the same transaction as the state change it
+reports, so a committed change always produces its event and a rolled-back one never does.
+Deliveries are at-least-once: receivers dedupe on the body's `uuid` (API.md §8).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+
+import orjson
+from sqlalchemy import Connection, bindparam, delete, select
+
+from largesse.delivery.models import jobs
+from largesse.errors import NotFound
+from largesse.ids import new_id
+from largesse.timeutil import iso, utcnow
+from largesse.webhooks.models import webhooks
+
+# The events Largesse emits (a subset of API.md §8's list; the others have no counterpart here).
+EVENTS = (
+    "ORDERS.CREATED",
+    "REWARDS.DELIVERY.SUCCEEDED",
+    "REWARDS.DELIVERY.FAILED",
+    "REWARDS.CANCELED",
+)
+RESOURCE_TYPES = {"ORDERS": "orders", "REWARDS": "rewards"}
+SIGNATURE_HEADER = "Tremendous-Webhook-Signature"
+MAX_ATTEMPTS = 10
+
+_FOR_ORG = select(webhooks.c.id).where(webhooks.c.organization_id == bindparam("org"))
+_INSERT_JOB = jobs.insert()
+
+
+def for_org(conn: Connection, organization_id: str):
+    return conn.execute(select(webhooks).where(webhooks.c.organization_id == organization_id)).first()
+
+
+def get_or_404(conn: Connection, organization_id: str, webhook_id: str):
+    row = conn.execute(
+        select(webhooks).where(webhooks.c.organization_id == organization_id, webhooks.c.id == webhook_id)
+    ).first()
+    if row is None:
+        raise NotFound(f"Webhook {webhook_id} not found", {"id": ["not found"]})
+    return row
+
+
+def upsert(conn: Connection, organization_id: str, url: str):
+    """Create the organization's webhook, or point the existing one at a new URL (same key)."""
+    now = utcnow()
+    current = for_org(conn, organization_id)
+    if current is None:
+        conn.execute(webhooks.insert().values(
+            id=new_id(), organization_id=organization_id, url=url, private_key=secrets.token_hex(32),
+            created_at=now, updated_at=now,
+        ))
+    else:
+        conn.execute(webhooks.update().where(webhooks.c.id == current.id).values(url=url, updated_at=now))
+    return for_org(conn, organization_id)
+
+
+def remove(conn: Connection, organization_id: str, webhook_id: str) -> None:
+    get_or_404(conn, organization_id, webhook_id)
+    conn.execute(delete(webhooks).where(webhooks.c.id == webhook_id))
+
+
+def to_wire(row) -> dict:
+    return {"id": row.id, "url": row.url, "private_key": row.private_key}
+
+
+def emit(conn: Connection, organization_id: str, events: list[tuple[str, str]]) -> int:
+    """Queue (event, resource_id) pairs for the organization's webhook, if it has one.
+
+    Call inside the transaction of the change the events report. Costs one indexed
+    lookup when the organization has no webhook.
+    """
+    if not events or conn.execute(_FOR_ORG, {"org": organization_id}).first() is None:
+        return 0
+    now = utcnow()
+    conn.execute(_INSERT_JOB, [
+        {"kind": "deliver_webhook", "organization_id": organization_id, "reward_id": None,
+         "payload": event_body(event, resource_id, now), "status": "queued", "attempts": 0,
+         "max_attempts": MAX_ATTEMPTS, "run_after": now, "created_at": now, "updated_at": now}
+        for event, resource_id in events
+    ])
+    return len(events)
+
+
+def event_body(event: str, resource_id: str, at=None) -> dict:
+    prefix = event.split(".", 1)[0]
+    return {
+        "event": event,
+        "uuid": str(uuid.uuid4()),
+        "created_utc": iso(at or utcnow()),
+        "payload": {"resource": {"id": resource_id, "type": RESOURCE_TYPES.get(prefix, prefix.lower())},
+                    "meta": {}},
+    }
+
+
+def encode(body: dict) -> bytes:
+    return orjson.dumps(body)
+
+
+def sign(private_key: str, raw_body: bytes) -> str:
+    return "sha256=" + hmac.new(private_key.encode(), raw_body, hashlib.sha256).hexdigest()

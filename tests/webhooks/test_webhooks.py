@@ -1,0 +1,99 @@
+"""Webhooks: management through the official client, signed deliveries to a real HTTP receiver."""
+
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from tremendous import CreateWebhookRequest, SimulateWebhookRequest
+from tremendous.exceptions import NotFoundException, UnprocessableEntityException
+
+from tests.conftest import order_body
+from tests.delivery.conftest import wait_for
+
+
+class Receiver:
+    """A loopback HTTP server that records POSTs; answers `status` (a list consumed in order)."""
+
+    def __init__(self, statuses=()):
+        self.requests: list[tuple[dict, bytes]] = []
+        self.statuses = list(statuses)
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+
+    def events(self, name: str) -> list[dict]:
+        return [json.loads(body) for _, body in self.requests if json.loads(body)["event"] == name]
+
+
+@pytest.fixture
+def receiver():
+    started = Receiver()
+    yield started
+    started.server.shutdown()
+
+
+def test_manage_webhook_with_the_client(api, other_org, receiver):
+    hook = api.create_webhook(CreateWebhookRequest(url=receiver.url)).webhook
+    assert hook.url == receiver.url and len(hook.private_key) == 64
+    replaced = api.create_webhook(CreateWebhookRequest(url=receiver.url + "/v2")).webhook
+    assert replaced.id == hook.id and replaced.private_key == hook.private_key
+    assert [w.id for w in api.list_webhooks().webhooks] == [hook.id]
+    assert api.get_webhook(hook.id).webhook.url == receiver.url + "/v2"
+    assert "ORDERS.CREATED" in api.list_webhook_events(hook.id).events
+    with pytest.raises(NotFoundException):
+        other_org.api().get_webhook(hook.id)
+    with pytest.raises(UnprocessableEntityException):
+        api.simulate_webhook(hook.id, SimulateWebhookRequest(event="NOT.AN.EVENT"))
+    api.delete_webhook(hook.id)
+    assert api.list_webhooks().webhooks == []
+    with pytest.raises(NotFoundException):
+        api.get_webhook(hook.id)
+
+
+def test_webhook_url_must_be_http(http):
+    response = http.post("/webhooks", json={"url": "ftp://example.com/x"})
+    assert response.status_code == 400
+    assert response.json()["errors"]["payload"] == {"url": ["must be an http(s) URL"]}
+
+
+def test_order_event_is_signed_and_retried(org, api, http, receiver, engine, fast):
+    hook = api.create_webhook(CreateWebhookRequest(url=receiver.url)).webhook
+    receiver.statuses = [500]  # the first attempt fails, the retry succeeds
+    order = http.post("/orders", json=order_body(org.member_email)).json()["order"]
+    settings = fast()
+    wait_for(lambda: len(receiver.events("ORDERS.CREATED")) >= 2, settings=settings, engine=engine)
+
+    (headers, raw), (headers2, raw2) = [(h, b) for h, b in receiver.requests
+                                        if json.loads(b)["event"] == "ORDERS.CREATED"][:2]
+    body = json.loads(raw)
+    assert body["payload"]["resource"] == {"id": order["id"], "type": "orders"}
+    assert raw2 == raw, "a retry sends the same body, so receivers can dedupe on uuid"
+    expected = "sha256=" + hmac.new(hook.private_key.encode(), raw, hashlib.sha256).hexdigest()
+    assert headers["tremendous-webhook-signature"] == expected
+    assert headers["content-type"] == "application/json"
+
+
+def test_simulate_and_no_webhook_no_event(org, api, http, receiver, engine, fast):
+    http.post("/orders", json=order_body(org.member_email))  # before any webhook: no event queued
+    hook = api.create_webhook(CreateWebhookRequest(url=receiver.url)).webhook
+    assert api.simulate_webhook(hook.id, SimulateWebhookRequest(event="REWARDS.DELIVERY.SUCCEEDED")) == "OK"
+    wait_for(lambda: receiver.events("REWARDS.DELIVERY.SUCCEEDED"), settings=fast(), engine=engine)
+    assert receiver.events("ORDERS.CREATED") == []
