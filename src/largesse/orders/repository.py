@@ -11,6 +11,7 @@ from sqlalchemy.orm import aliased
 from largesse.config import Settings
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.wire import field_value_to_wire, order_to_wire, reward_to_wire
+from largesse.redemption.models import payouts
 
 
 def field_values_for(conn: Connection, reward_ids: list[str]) -> dict[str, list[dict]]:
@@ -27,9 +28,21 @@ def field_values_for(conn: Connection, reward_ids: list[str]) -> dict[str, list[
     return out
 
 
+def redeemed_products_for(conn: Connection, rows) -> dict[str, str]:
+    """{reward_id: chosen product} for the redeemed rewards among rows: one query, or none."""
+    redeemed = [r.id for r in rows if r.status == "REDEEMED"]
+    if not redeemed:
+        return {}
+    return dict(conn.execute(
+        select(payouts.c.reward_id, payouts.c.product_id).where(payouts.c.reward_id.in_(redeemed))
+    ).all())
+
+
 def rewards_to_wire(conn: Connection, rows, *, created_format: str = "iso8601") -> list[dict]:
     values = field_values_for(conn, [r.id for r in rows])
-    return [reward_to_wire(r, values.get(r.id, []), created_format=created_format) for r in rows]
+    chosen = redeemed_products_for(conn, rows)
+    return [reward_to_wire(r, values.get(r.id, []), created_format=created_format,
+                           redeemed_product_id=chosen.get(r.id)) for r in rows]
 
 
 def orders_to_wire(conn: Connection, order_rows, settings: Settings | None = None) -> list[dict]:

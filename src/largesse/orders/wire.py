@@ -7,7 +7,7 @@ from largesse.timeutil import iso, iso_date, spec_timestamp
 
 
 def reward_to_wire(row, field_values: list[dict], *, created_format: str = "iso8601",
-                   link: str | None = None) -> dict:
+                   link: str | None = None, redeemed_product_id: str | None = None) -> dict:
     get = row.get if isinstance(row, dict) else row._mapping.get
     recipient = {"name": get("recipient_name"), "email": get("recipient_email")}
     if get("recipient_phone"):
@@ -35,6 +35,8 @@ def reward_to_wire(row, field_values: list[dict], *, created_format: str = "iso8
         # Extra keys are ignored by the official client; this tells integrators what happened.
         reward["redemption"] = {"status": status, "redeemed_at": iso(get("redeemed_at")),
                                 "canceled_at": iso(get("canceled_at"))}
+        if redeemed_product_id:
+            reward["redemption"]["product_id"] = redeemed_product_id
     return reward
 
 

@@ -72,6 +72,14 @@ def _image(product) -> str | None:
     return src if src.startswith(("https://", "http://", "data:")) else "/" + src.lstrip("/")
 
 
+def short_description(text: str | None, limit: int = 140) -> str:
+    """The first sentence: the choice list stays scannable on a phone."""
+    text = (text or "").strip()
+    end = text.find(". ")
+    first = text[:end + 1] if end != -1 else text
+    return first if len(first) <= limit else first[:limit - 1].rsplit(" ", 1)[0] + "…"
+
+
 def _effective_status(reward) -> str:
     """An ACTIVE reward past its expiry is expired even before the expiry job has run."""
     if reward.status == "ACTIVE" and reward.expires_at is not None and reward.expires_at <= utcnow():
@@ -108,7 +116,7 @@ def _options(conn: Connection, reward, settings: Settings) -> list[Option]:
         if product is None:
             options.append(Option(pid, pid, "", "", None, "No longer offered"))
             continue
-        options.append(Option(product.id, product.name, product.description or "", product.category,
+        options.append(Option(product.id, product.name, short_description(product.description), product.category,
                               _image(product), why_unavailable(conn, reward, product, settings)))
     return options
 

@@ -1,0 +1,93 @@
+"""Redemption test helpers: LINK rewards, a browser per session, page clients per fake IP.
+
+Every test talks to the page from its own client address (X-Forwarded-For, which uvicorn
+trusts from 127.0.0.1), so the per-IP rate limit of one test never trips another.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import secrets
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import order_body
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
+
+GIFT_CARD = "PGCNWBOOKS01US"
+COFFEE = "PGCHRBRCOF01US"
+CHARITY = "PCHOCEANTR01US"
+EUR_ONLY = "PGCMSNLVND01FR"
+
+
+def fake_ip() -> str:
+    return str(ipaddress.IPv4Address(0x0A000000 + secrets.randbelow(0xFFFFFF)))
+
+
+def link_reward(org, *, products=(GIFT_CARD, COFFEE, CHARITY), denomination=25, **extra) -> tuple[str, str]:
+    """Order one LINK reward over the API; returns (reward id, redemption link)."""
+    with org.http() as http:
+        response = http.post("/orders", json=order_body(org.member_email, method="LINK", products=products,
+                                                        denomination=denomination, **extra))
+    assert response.status_code == 200, response.text
+    reward = response.json()["order"]["rewards"][0]
+    return reward["id"], reward["delivery"]["link"]
+
+
+def page_client(ip: str | None = None) -> httpx.Client:
+    return httpx.Client(timeout=30, headers={"X-Forwarded-For": ip or fake_ip()})
+
+
+def csrf_of(html: str) -> str:
+    match = CSRF.search(html)
+    assert match, "no CSRF field on the page"
+    return match.group(1)
+
+
+def inventory_product(cli, tmp_path: Path, *, codes: list[str]) -> str:
+    """A fresh catalog product fulfilled from inventory, loaded with codes via the CLI."""
+    product_id = "PINV" + secrets.token_hex(5).upper()
+    catalog = {"products": [{
+        "id": product_id, "name": "Inventory Books", "description": "Real codes from the operator's stock.",
+        "category": "merchant_card", "disclosure": "No cash value.", "usage_instructions": "Enter the code.",
+        "countries": ["US"], "skus": [{"min": 1, "max": 500, "currency_code": "USD"}],
+        "images": [{"src": "static/products/PGCNWBOOKS01US.svg", "type": "card"}], "fulfillment": "inventory",
+    }]}
+    (tmp_path / "catalog.json").write_text(json.dumps(catalog))
+    cli("products", "import", str(tmp_path / "catalog.json"))
+    if codes:
+        (tmp_path / "codes.csv").write_text("code,pin\n" + "\n".join(codes) + "\n")
+        cli("inventory", "import", product_id, str(tmp_path / "codes.csv"))
+    return product_id
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the whole session (Debian's, driven by Playwright)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (run `make browser`); browser tests skipped")
+    from playwright.sync_api import sync_playwright
+
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield browser
+    browser.close()
+    playwright.stop()
+
+
+@pytest.fixture
+def browser_page(browser):
+    """A fresh browser context (own cookies) with its own client address."""
+    context = browser.new_context(viewport={"width": 390, "height": 844},
+                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
+    page = context.new_page()
+    yield page
+    context.close()

@@ -1,0 +1,62 @@
+"""Inventory codes: the CLI import and status, and issuing the last code exactly once."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from tests.redemption.conftest import GIFT_CARD, csrf_of, inventory_product, link_reward, page_client
+
+
+def test_import_skips_and_counts_duplicates(cli, tmp_path):
+    product_id = inventory_product(cli, tmp_path, codes=["AAA-1,1111", "BBB-2", "AAA-1,2222"])
+    (tmp_path / "more.csv").write_text("BBB-2\nCCC-3,3333\n\n")
+    result = cli("inventory", "import", product_id, str(tmp_path / "more.csv"))
+    assert "imported 1 codes" in result.stdout and "skipped 1 duplicates" in result.stdout
+    status = json.loads(cli("inventory", "status", "--json").stdout)
+    row = next(r for r in status["products"] if r["product_id"] == product_id)
+    assert (row["total"], row["issued"], row["available"]) == (3, 0, 3)
+    assert cli("inventory", "import", "PNOSUCHPRODUCT", str(tmp_path / "more.csv"), check=False).returncode == 1
+
+
+def test_last_code_goes_to_exactly_one_reward(org, cli, tmp_path, engine):
+    product_id = inventory_product(cli, tmp_path, codes=["ONLY-CODE-1,4321"])
+    links = [link_reward(org, products=(product_id, GIFT_CARD))[1] for _ in range(2)]
+    sessions = []
+    for link in links:
+        client = page_client()
+        page = client.get(link)
+        assert f'value="{product_id}" required' in page.text and "Out of stock" not in page.text
+        sessions.append((client, link, csrf_of(page.text)))
+    barrier, statuses = threading.Barrier(2), {}
+
+    def attempt(client, link, token):
+        barrier.wait()
+        statuses[link] = client.post(link, data={"csrf_token": token, "product_id": product_id}).status_code
+
+    threads = [threading.Thread(target=attempt, args=s) for s in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses.values()) == [303, 409]
+    winner, loser = sorted(sessions, key=lambda s: statuses[s[1]])
+    shown = winner[0].get(winner[1]).text
+    assert "ONLY-CODE-1" in shown and "4321" in shown and "has no value" not in shown
+    page = loser[0].get(loser[1]).text
+    assert "Unavailable: Out of stock right now" in page and 'type="radio"' in page
+    for client, _, _ in sessions:
+        client.close()
+    status = json.loads(cli("inventory", "status", "--json").stdout)
+    row = next(r for r in status["products"] if r["product_id"] == product_id)
+    assert (row["issued"], row["available"]) == (1, 0)
+
+
+def test_product_without_fulfillment_is_shown_unavailable(org, cli, tmp_path):
+    product_id = inventory_product(cli, tmp_path, codes=[])
+    _, link = link_reward(org, products=(product_id,))
+    with page_client() as client:
+        page = client.get(link)
+        assert "Unavailable: Out of stock right now" in page.text and "Confirm my choice" not in page.text
+        refused = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": product_id})
+        assert refused.status_code == 409 and 'role="alert"' in refused.text

@@ -1,0 +1,156 @@
+"""The redemption page over HTTP: choose, redeem, revisit, and every refusal."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import func, select, text
+
+from largesse import db
+from largesse.redemption.models import payouts
+from largesse.redemption.ratelimit import RateLimits
+from largesse.redemption.style import contrast_ratio, text_color_for
+from tests.redemption.conftest import CHARITY, GIFT_CARD, csrf_of, link_reward, page_client
+
+
+def _payout_count(engine, reward_id: str) -> int:
+    with db.read(engine) as conn:
+        return conn.execute(select(func.count()).select_from(payouts).where(payouts.c.reward_id == reward_id)
+                            ).scalar_one()
+
+
+def test_choose_redeem_and_revisit(org, api, engine):
+    reward_id, link = link_reward(org)
+    with page_client() as client:
+        page = client.get(link)
+        assert page.status_code == 200
+        assert 'lang="en"' in page.text and "<fieldset" in page.text and "<legend>" in page.text
+        assert "Northwind Books" in page.text and "$25.00" in page.text and "Acme" in page.text
+        headers = page.headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert "unsafe-inline" not in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY" and headers["referrer-policy"] == "no-referrer"
+        assert headers["cache-control"] == "no-store"
+        done = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": GIFT_CARD})
+        assert done.status_code == 303 and done.headers["location"].startswith("/redeem/")
+        payout = client.get(link)
+        assert payout.status_code == 200 and "TEST-" in payout.text and "has no value" in payout.text
+        assert "How to use it" in payout.text and 'type="radio"' not in payout.text
+        again = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": CHARITY})
+        assert again.status_code == 409 and "Already redeemed" in again.text
+        assert client.get(link).text.count("TEST-") == payout.text.count("TEST-")
+    assert _payout_count(engine, reward_id) == 1
+    with org.http() as http:
+        wire = http.get(f"/rewards/{reward_id}").json()["reward"]
+    assert wire["redemption"]["status"] == "REDEEMED" and wire["redemption"]["redeemed_at"].endswith("Z")
+    assert wire["redemption"]["product_id"] == GIFT_CARD
+    assert wire["delivery"] == {"method": "LINK", "status": "SUCCEEDED"}
+    reward = api.get_reward(reward_id).reward  # the official client still deserializes it
+    assert reward.id == reward_id and reward.value.denomination == 25
+
+
+def test_charity_records_a_donation(org):
+    _, link = link_reward(org, products=(CHARITY,))
+    with page_client() as client:
+        page = client.get(link)
+        assert 'value="PCHOCEANTR01US" required' in page.text and "checked" in page.text  # single option preselected
+        client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": CHARITY})
+        shown = client.get(link).text
+    assert "Donation of $25.00 to Open Ocean Trust made on your behalf; confirmation DON-TEST-" in shown
+
+
+def test_double_redemption_race_issues_one_payout(org, engine):
+    reward_id, link = link_reward(org)
+    with page_client() as client:
+        token = csrf_of(client.get(link).text)
+        cookies = dict(client.cookies)
+    barrier, statuses = threading.Barrier(2), []
+
+    def attempt(product_id: str) -> None:
+        with page_client() as racer:
+            racer.cookies.update(cookies)
+            barrier.wait()
+            statuses.append(racer.post(link, data={"csrf_token": token, "product_id": product_id}).status_code)
+
+    threads = [threading.Thread(target=attempt, args=(p,)) for p in (GIFT_CARD, CHARITY)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses) == [303, 409]
+    assert _payout_count(engine, reward_id) == 1
+
+
+def test_csrf_missing_or_wrong_is_refused(org, engine):
+    reward_id, link = link_reward(org)
+    with page_client() as client:
+        token = csrf_of(client.get(link).text)
+        assert client.post(link, data={"product_id": GIFT_CARD}).status_code == 403
+        assert client.post(link, data={"csrf_token": "0" * 64, "product_id": GIFT_CARD}).status_code == 403
+        cross = client.post(link, data={"csrf_token": token, "product_id": GIFT_CARD},
+                            headers={"Origin": "https://evil.example"})
+        assert cross.status_code == 403
+    with page_client() as stranger:  # a valid token without the matching cookie
+        assert stranger.post(link, data={"csrf_token": token, "product_id": GIFT_CARD}).status_code == 403
+    assert _payout_count(engine, reward_id) == 0
+
+
+def test_invalid_choice_rerenders_the_form(org):
+    _, link = link_reward(org)
+    with page_client() as client:
+        token = csrf_of(client.get(link).text)
+        wrong = client.post(link, data={"csrf_token": token, "product_id": "PVCMERIDUS01US"})
+        assert wrong.status_code == 400 and 'role="alert"' in wrong.text and 'type="radio"' in wrong.text
+
+
+def test_unknown_canceled_and_expired_links(org, engine, server):
+    with page_client() as client:
+        unknown = client.get(f"{server.url}/redeem/not-a-real-token")
+        assert unknown.status_code == 404 and "Link not found" in unknown.text
+        assert unknown.headers["referrer-policy"] == "no-referrer"
+        canceled_id, canceled = link_reward(org)
+        expired_id, expired = link_reward(org)
+        token = csrf_of(client.get(canceled).text)
+        with db.write(engine) as conn:
+            conn.execute(text("UPDATE rewards SET status = 'CANCELED' WHERE id = :id AND status = 'ACTIVE'"),
+                         {"id": canceled_id})
+            conn.execute(text("UPDATE rewards SET expires_at = :past WHERE id = :id"),
+                         {"id": expired_id, "past": "2020-01-01 00:00:00"})
+        page = client.get(canceled)
+        assert page.status_code == 410 and "canceled" in page.text
+        assert client.post(canceled, data={"csrf_token": token, "product_id": GIFT_CARD}).status_code == 410
+        page = client.get(expired)
+        assert page.status_code == 410 and "expired" in page.text
+    assert _payout_count(engine, canceled_id) == 0
+
+
+def test_rate_limits_per_ip_and_per_token(org, make_server):
+    extra = make_server()
+    extra.app.state.redemption_limits = RateLimits(per_ip=5, per_token=100, posts_per_token=2)
+    _, link = link_reward(org)
+    link = extra.url + link[link.index("/redeem/"):]
+    with page_client() as client:
+        assert [client.get(link).status_code for _ in range(5)] == [200] * 5
+        limited = client.get(link)
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+        assert "Too many attempts" in limited.text
+    statuses = []
+    for _ in range(3):  # each from a new address: the per-token POST limit still applies
+        with page_client() as client:
+            statuses.append(client.post(link, data={"csrf_token": "x", "product_id": GIFT_CARD}).status_code)
+    assert statuses == [403, 403, 429]
+
+
+def test_sandbox_products_are_unavailable_in_production(org, make_server):
+    production = make_server(environment="production")
+    _, link = link_reward(org, products=(GIFT_CARD,))
+    with page_client() as client:
+        page = client.get(production.url + link[link.index("/redeem/"):])
+    assert page.status_code == 200 and "disabled" in page.text and "Not available at the moment" in page.text
+    assert "Confirm my choice" not in page.text
+
+
+def test_text_colour_meets_wcag_aa():
+    digits = "0123456789abcdef"
+    for background in (f"#{r}{g}{b}" for r in digits for g in digits for b in digits):
+        assert contrast_ratio(background, text_color_for(background)) >= 4.5, background
