@@ -7,7 +7,6 @@ trusts from 127.0.0.1), so the per-IP rate limit of one test never trips another
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import secrets
 from pathlib import Path
@@ -52,20 +51,22 @@ def csrf_of(html: str) -> str:
     return match.group(1)
 
 
-def inventory_product(cli, tmp_path: Path, *, codes: list[str]) -> str:
-    """A fresh catalog product fulfilled from inventory, loaded with codes via the CLI."""
+def inventory_product(engine, *, codes: list[str], fulfillment: str | None = "inventory") -> str:
+    """A fresh catalog product (fulfilled from inventory by default) loaded with codes."""
+    from largesse import db
+    from largesse.catalog import service as catalog
+    from largesse.redemption import inventory
+
     product_id = "PINV" + secrets.token_hex(5).upper()
-    catalog = {"products": [{
+    rows = catalog.parse_catalog({"products": [{
         "id": product_id, "name": "Inventory Books", "description": "Real codes from the operator's stock.",
         "category": "merchant_card", "disclosure": "No cash value.", "usage_instructions": "Enter the code.",
         "countries": ["US"], "skus": [{"min": 1, "max": 500, "currency_code": "USD"}],
-        "images": [{"src": "static/products/PGCNWBOOKS01US.svg", "type": "card"}], "fulfillment": "inventory",
-    }]}
-    (tmp_path / "catalog.json").write_text(json.dumps(catalog))
-    cli("products", "import", str(tmp_path / "catalog.json"))
-    if codes:
-        (tmp_path / "codes.csv").write_text("code,pin\n" + "\n".join(codes) + "\n")
-        cli("inventory", "import", product_id, str(tmp_path / "codes.csv"))
+        "images": [{"src": "static/products/PGCNWBOOKS01US.svg", "type": "card"}], "fulfillment": fulfillment,
+    }]})
+    with db.write(engine) as conn:
+        catalog.import_rows(conn, rows)
+        inventory.import_codes(conn, product_id, "\n".join(codes))
     return product_id
 
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import threading
 
+from largesse import db
+from largesse.redemption import inventory
 from tests.redemption.conftest import GIFT_CARD, csrf_of, inventory_product, link_reward, page_client
 
 
-def test_import_skips_and_counts_duplicates(cli, tmp_path):
-    product_id = inventory_product(cli, tmp_path, codes=["AAA-1,1111", "BBB-2", "AAA-1,2222"])
+def test_import_skips_and_counts_duplicates(cli, tmp_path, engine):
+    product_id = inventory_product(engine, codes=[])
+    (tmp_path / "codes.csv").write_text("code,pin\nAAA-1,1111\nBBB-2\nAAA-1,2222\n")
+    result = cli("inventory", "import", product_id, str(tmp_path / "codes.csv"))
+    assert "imported 2 codes" in result.stdout and "skipped 1 duplicates" in result.stdout
     (tmp_path / "more.csv").write_text("BBB-2\nCCC-3,3333\n\n")
     result = cli("inventory", "import", product_id, str(tmp_path / "more.csv"))
     assert "imported 1 codes" in result.stdout and "skipped 1 duplicates" in result.stdout
@@ -19,8 +24,8 @@ def test_import_skips_and_counts_duplicates(cli, tmp_path):
     assert cli("inventory", "import", "PNOSUCHPRODUCT", str(tmp_path / "more.csv"), check=False).returncode == 1
 
 
-def test_last_code_goes_to_exactly_one_reward(org, cli, tmp_path, engine):
-    product_id = inventory_product(cli, tmp_path, codes=["ONLY-CODE-1,4321"])
+def test_last_code_goes_to_exactly_one_reward(org, engine):
+    product_id = inventory_product(engine, codes=["ONLY-CODE-1,4321"])
     links = [link_reward(org, products=(product_id, GIFT_CARD))[1] for _ in range(2)]
     sessions = []
     for link in links:
@@ -47,16 +52,18 @@ def test_last_code_goes_to_exactly_one_reward(org, cli, tmp_path, engine):
     assert "Unavailable: Out of stock right now" in page and 'type="radio"' in page
     for client, _, _ in sessions:
         client.close()
-    status = json.loads(cli("inventory", "status", "--json").stdout)
-    row = next(r for r in status["products"] if r["product_id"] == product_id)
+    with db.read(engine) as conn:
+        row = next(r for r in inventory.stock(conn) if r["product_id"] == product_id)
     assert (row["issued"], row["available"]) == (1, 0)
 
 
-def test_product_without_fulfillment_is_shown_unavailable(org, cli, tmp_path):
-    product_id = inventory_product(cli, tmp_path, codes=[])
-    _, link = link_reward(org, products=(product_id,))
+def test_unfulfillable_products_are_shown_unavailable(org, engine):
+    empty = inventory_product(engine, codes=[])
+    unfulfilled = inventory_product(engine, codes=[], fulfillment=None)
+    _, link = link_reward(org, products=(empty, unfulfilled))
     with page_client() as client:
         page = client.get(link)
         assert "Unavailable: Out of stock right now" in page.text and "Confirm my choice" not in page.text
-        refused = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": product_id})
+        assert "Unavailable: Not available at the moment" in page.text and page.text.count(" disabled") == 2
+        refused = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": empty})
         assert refused.status_code == 409 and 'role="alert"' in refused.text
