@@ -57,8 +57,12 @@ def ensure_periodic(engine: Engine, kind: str) -> None:
             conn.execute(insert(jobs).values(**values).on_conflict_do_nothing(index_elements=["dedupe_key"]))
 
 
-def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float) -> list:
-    """Take up to `limit` due jobs for this worker; returns their rows (attempts counted)."""
+def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, prepare=None) -> list:
+    """Take up to `limit` due jobs for this worker; returns their rows (attempts counted).
+
+    `prepare(conn, rows)`, when given, runs inside the claim transaction and its result is
+    returned instead: the worker uses it to check and set up a whole batch in one commit.
+    """
     now = utcnow()
     due = (select(jobs.c.id).where(jobs.c.status == QUEUED, jobs.c.run_after <= now)
            .order_by(jobs.c.run_after, jobs.c.id).limit(limit))
@@ -68,12 +72,14 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float) -
         ids = list(conn.execute(due).scalars())
         if not ids:
             return []
-        return conn.execute(
+        rows = conn.execute(
             update(jobs).where(jobs.c.id.in_(ids), jobs.c.status == QUEUED)
             .values(status=RUNNING, locked_by=worker_id, locked_until=now + timedelta(seconds=lease_seconds),
                     attempts=jobs.c.attempts + 1, updated_at=now)
             .returning(*jobs.c)
         ).all()
+        rows.sort(key=lambda r: (r.run_after, r.id))
+        return prepare(conn, rows) if prepare is not None else rows
 
 
 def reclaim_expired(engine: Engine) -> int:

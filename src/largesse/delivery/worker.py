@@ -26,7 +26,7 @@ from largesse import db
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
-from largesse.delivery.tasks import Context, run_job
+from largesse.delivery.tasks import Context, preparer, run_claimed
 from largesse.delivery.transport import open_transport
 from largesse.timeutil import utcnow
 
@@ -112,12 +112,13 @@ class Worker:
             ctx.transport.close()
 
     def _step(self, ctx: Context) -> int:
-        claimed = job_queue.claim(self.engine, self.id, limit=BATCH, lease_seconds=self.settings.job_lease_seconds)
-        for i, job in enumerate(claimed):
+        claimed = job_queue.claim(self.engine, self.id, limit=BATCH, lease_seconds=self.settings.job_lease_seconds,
+                                  prepare=preparer(ctx))
+        for i, item in enumerate(claimed):
             if self.stopping.is_set():
-                self._release(claimed[i:])
+                self._release([c.job for c in claimed[i:] if not c.skipped])
                 break
-            run_job(ctx, job)
+            run_claimed(ctx, item)
             with self._count_lock:
                 self.processed += 1
         return len(claimed)
