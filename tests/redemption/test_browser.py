@@ -7,6 +7,9 @@ from tests.redemption.conftest import CHARITY, COFFEE, GIFT_CARD, link_reward
 
 def test_journey_in_the_browser(org, browser_page):
     page = browser_page
+    problems = []  # CSP violations and script errors show up here
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
     _, link = link_reward(org, products=(GIFT_CARD, COFFEE, CHARITY))
     page.goto(link)
     assert page.locator("html").get_attribute("lang") == "en"
@@ -23,6 +26,7 @@ def test_journey_in_the_browser(org, browser_page):
     page.reload()
     assert page.locator("#code-value").inner_text() == code
     assert page.get_by_role("radio").count() == 0
+    assert problems == []
 
 
 def test_keyboard_only_selection(org, browser_page):

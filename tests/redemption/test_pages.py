@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 from sqlalchemy import func, select, text
 
 from largesse import db
+from largesse.redemption import tokens
 from largesse.redemption.models import payouts
 from largesse.redemption.ratelimit import RateLimits
+from largesse.redemption.security import style_hash
 from largesse.redemption.style import contrast_ratio, text_color_for
 from tests.redemption.conftest import CHARITY, GIFT_CARD, csrf_of, link_reward, page_client
 
@@ -47,6 +50,42 @@ def test_choose_redeem_and_revisit(org, api, engine):
     assert wire["delivery"] == {"method": "LINK", "status": "SUCCEEDED"}
     reward = api.get_reward(reward_id).reward  # the official client still deserializes it
     assert reward.id == reward_id and reward.value.denomination == 25
+
+
+def test_campaign_style_is_hashed_into_the_csp(org):
+    with org.http() as http:
+        campaign = http.post("/campaigns", json={
+            "name": "Thanks", "description": None, "products": [GIFT_CARD],
+            "webpage_style": {"headline": "Thank you <team>!", "background_color": "#ffcc00",
+                              "logo_background_color": "#222222"}})
+        assert campaign.status_code == 200, campaign.text
+    _, link = link_reward(org, products=None, campaign_id=campaign.json()["campaign"]["id"])
+    with page_client() as client:
+        page = client.get(link)
+    css = re.search(r"<style>(.*?)</style>", page.text).group(1)
+    assert "--page-bg:#ffcc00;--page-fg:#14171f" in css and "--brand-fg:#ffffff" in css
+    assert style_hash(css) in page.headers["content-security-policy"]
+    assert "Thank you &lt;team&gt;!" in page.text  # autoescaped
+
+
+def test_csrf_token_works_across_server_processes(org, make_server, engine):
+    """Another server (its own app state, same database) accepts the first one's form."""
+    reward_id, link = link_reward(org, products=(GIFT_CARD,))
+    other = make_server().url + link[link.index("/redeem/"):]
+    with page_client() as client:
+        token = csrf_of(client.get(link).text)
+        assert client.post(other, data={"csrf_token": token, "product_id": GIFT_CARD}).status_code == 303
+    assert _payout_count(engine, reward_id) == 1
+
+
+def test_replaced_link_says_so(org, engine):
+    reward_id, old = link_reward(org)
+    with db.write(engine) as conn:
+        new = old[:old.index("/redeem/")] + "/redeem/" + tokens.issue(conn, reward_id, revoke_others=True)
+    with page_client() as client:
+        page = client.get(old)
+        assert page.status_code == 410 and "This link was replaced" in page.text
+        assert client.get(new).status_code == 200
 
 
 def test_charity_records_a_donation(org):

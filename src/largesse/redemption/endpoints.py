@@ -41,6 +41,8 @@ MESSAGES = {
                  "redeemed. If you think this is a mistake, please contact the sender."),
     "expired": ("This reward has expired", "The time to redeem this reward has passed, so it can no longer "
                 "be redeemed. If you think this is a mistake, please contact the sender."),
+    "replaced": ("This link was replaced", "A newer link to this reward has been sent to you. Please open the "
+                 "most recent message about this reward."),
     "already_redeemed": ("Already redeemed", "This reward has already been redeemed, and a reward can only "
                          "be redeemed once."),
 }
@@ -123,6 +125,9 @@ def _show(request: Request, token: str, status: int = 200, error: str | None = N
           selected: str | None = None) -> Response:
     with db.read(_engine(request)) as conn:
         page = service.load_page(conn, token, _settings(request))
+        replaced = page is None and service.is_revoked(conn, token)
+    if replaced:
+        return _message(410, "replaced")
     if page is None:
         return _message(404)
     if page.status == "CANCELED":
@@ -164,7 +169,7 @@ def _post(request: Request, token: str, body: bytes) -> Response:
         service.redeem(_engine(request), token=token, product_id=product_id, settings=_settings(request))
     except service.RedemptionError as exc:
         if exc.kind == "not_found":
-            return _message(404)
+            return _show(request, token)  # 404, or 410 for a link replaced by a newer one
         if exc.kind in ("canceled", "expired"):
             return _message(410, exc.kind)
         if exc.kind == "already_redeemed":

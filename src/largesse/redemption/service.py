@@ -18,7 +18,7 @@ from largesse.config import Settings
 from largesse.orders.models import rewards
 from largesse.orgs.models import organizations
 from largesse.redemption import tokens
-from largesse.redemption.models import payouts
+from largesse.redemption.models import payouts, redemption_tokens
 from largesse.redemption.providers import OutOfStock, provider_for
 from largesse.redemption.style import format_money, safe_url, theme_css
 from largesse.timeutil import utcnow
@@ -136,6 +136,15 @@ def _payout(conn: Connection, reward_id: str) -> dict | None:
         "confirmation": row.confirmation, "usage_instructions": row.usage_instructions,
         "disclosure": row.disclosure, "image": _image(row), "created_at": row.created_at,
     }
+
+
+def is_revoked(conn: Connection, token: str) -> bool:
+    """A link replaced by a newer one (a resend): worth a clearer page than "not found"."""
+    if not token or len(token) > 200:
+        return False
+    return conn.execute(
+        select(redemption_tokens.c.revoked_at).where(redemption_tokens.c.token_hash == tokens.hash_token(token))
+    ).scalar() is not None
 
 
 def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
