@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import QueuePool
@@ -58,6 +59,7 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url,
+            json_serializer=_json_dumps,
             poolclass=QueuePool,
             pool_size=pool_size,
             max_overflow=32,
@@ -65,7 +67,12 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=16, pool_pre_ping=True)
+    return create_engine(url, pool_size=pool_size, max_overflow=16, pool_pre_ping=True,
+                         json_serializer=_json_dumps)
+
+
+def _json_dumps(value) -> str:
+    return orjson.dumps(value).decode()
 
 
 def _configure_sqlite(engine: Engine) -> None:

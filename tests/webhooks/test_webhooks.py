@@ -97,3 +97,23 @@ def test_simulate_and_no_webhook_no_event(org, api, http, receiver, engine, fast
     assert api.simulate_webhook(hook.id, SimulateWebhookRequest(event="REWARDS.DELIVERY.SUCCEEDED")) == "OK"
     wait_for(lambda: receiver.events("REWARDS.DELIVERY.SUCCEEDED"), settings=fast(), engine=engine)
     assert receiver.events("ORDERS.CREATED") == []
+
+
+def _tagged(address: str, tag: str) -> str:
+    local, _, domain = address.partition("@")
+    return f"{local}+{tag}@{domain}"
+
+
+def test_reward_lifecycle_events(org, api, http, receiver, engine, fast):
+    api.create_webhook(CreateWebhookRequest(url=receiver.url))
+    delivered = http.post("/orders", json=order_body(org.member_email)).json()["order"]["rewards"][0]
+    failed = http.post("/orders", json=order_body(_tagged(org.member_email, "fail"))).json()["order"]["rewards"][0]
+    settings = fast()
+    wait_for(lambda: receiver.events("REWARDS.DELIVERY.SUCCEEDED") and receiver.events("REWARDS.DELIVERY.FAILED"),
+             settings=settings, engine=engine)
+    assert [e["payload"]["resource"]["id"] for e in receiver.events("REWARDS.DELIVERY.SUCCEEDED")] == [delivered["id"]]
+    assert [e["payload"]["resource"]["id"] for e in receiver.events("REWARDS.DELIVERY.FAILED")] == [failed["id"]]
+
+    api.cancel_reward(failed["id"])
+    wait_for(lambda: receiver.events("REWARDS.CANCELED"), settings=settings, engine=engine)
+    assert receiver.events("REWARDS.CANCELED")[0]["payload"]["resource"] == {"id": failed["id"], "type": "rewards"}

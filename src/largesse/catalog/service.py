@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -35,6 +36,33 @@ def get_many(conn: Connection, ids: Iterable[str]) -> dict[str, object]:
         return {}
     rows = conn.execute(_MANY, {"ids": ids}).all()
     return {row.id: row for row in rows}
+
+
+# Products change rarely (operator imports), and every order reads them: orders read them
+# through this cache. A miss (a new product) always goes to the database; a change to an
+# existing product is seen by every process within CACHE_SECONDS.
+CACHE_SECONDS = 30.0
+_cache: dict[str, tuple[float, object]] = {}
+
+
+def get_many_cached(conn: Connection, ids: Iterable[str]) -> dict[str, object]:
+    now = time.monotonic()
+    found, missing = {}, []
+    for pid in set(ids):
+        hit = _cache.get(pid)
+        if hit is not None and now - hit[0] < CACHE_SECONDS:
+            found[pid] = hit[1]
+        else:
+            missing.append(pid)
+    if missing:
+        fresh = get_many(conn, missing)
+        for pid in missing:
+            if pid in fresh:
+                _cache[pid] = (now, fresh[pid])
+            else:
+                _cache.pop(pid, None)
+        found.update(fresh)
+    return found
 
 
 def get(conn: Connection, product_id: str):
@@ -121,7 +149,11 @@ def _parse_product(item: dict) -> dict:
     if subcategory is not None and subcategory not in SUBCATEGORIES:
         raise CatalogError(f"unknown subcategory {subcategory!r}")
     skus = []
+    if not isinstance(item["skus"], list):
+        raise CatalogError("skus must be a list")
     for sku in item["skus"]:
+        if not isinstance(sku, dict) or not isinstance(sku.get("currency_code"), str) or len(sku["currency_code"]) != 3:
+            raise CatalogError("each sku needs a 3-letter currency_code")
         low, high = to_cents(sku["min"]), to_cents(sku["max"])
         if not 0 < low <= high:
             raise CatalogError("each sku needs 0 < min <= max")
@@ -129,9 +161,23 @@ def _parse_product(item: dict) -> dict:
     currencies = sorted({s["currency_code"] for s in skus})
     if not skus:
         raise CatalogError("at least one sku (denomination band) is required")
-    countries = [str(c).upper() for c in item["countries"]]
+    if not isinstance(item["countries"], list) or not all(
+            isinstance(c, str) and len(c) == 2 and c.isascii() and c.isalpha() for c in item["countries"]):
+        raise CatalogError("countries must be a list of ISO 3166 alpha-2 codes")
+    countries = [c.upper() for c in item["countries"]]
     if not countries:
         raise CatalogError("at least one country is required")
+    images = item.get("images") or []
+    if not isinstance(images, list) or not all(
+            isinstance(i, dict) and isinstance(i.get("src"), str) and i["src"]
+            and isinstance(i.get("type", "card"), str) and isinstance(i.get("content_type") or "", str)
+            for i in images):
+        raise CatalogError('images must be a list of {"src": str, "type": "card"|"logo"} objects')
+    if not isinstance(item["name"], str) or not 1 <= len(item["name"]) <= 200:
+        raise CatalogError("name must be a string of 1-200 characters")
+    for key in ("description", "disclosure", "usage_instructions"):
+        if not isinstance(item.get(key) or "", str):
+            raise CatalogError(f"{key} must be a string")
     fulfillment = item.get("fulfillment", "sandbox")
     if fulfillment not in FULFILLMENT_PROVIDERS:
         raise CatalogError(f"fulfillment must be one of sandbox, inventory or null, not {fulfillment!r}")
@@ -145,7 +191,7 @@ def _parse_product(item: dict) -> dict:
         "usage_instructions": item.get("usage_instructions"),
         "currency_codes": currencies,
         "countries": countries,
-        "images": list(item.get("images") or []),
+        "images": images,
         "skus": skus,
         "fee_free": bool(item.get("fee_free", True)),
         "fulfillment": fulfillment,
@@ -155,6 +201,7 @@ def _parse_product(item: dict) -> dict:
 
 def import_rows(conn: Connection, rows: list[dict]) -> tuple[int, int]:
     """Insert new products and update existing ones by id; returns (created, updated)."""
+    _cache.clear()
     existing = set(conn.execute(select(products.c.id)).scalars())
     now = utcnow()
     created = updated = 0

@@ -25,6 +25,7 @@ from largesse.orders.service import EMAIL, PHONE
 from largesse.orgs.service import email_key
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
+from largesse.webhooks import service as webhooks
 
 log = logging.getLogger("largesse.delivery")
 
@@ -84,6 +85,7 @@ def cancel_reward(engine: Engine, *, org: str, reward_id: str) -> int:
             raise Unprocessable(f"Reward {reward_id} cannot be canceled: {reason}", {"id": [reason]})
         amount = refund(conn, reward, memo=f"reward {reward_id} canceled")
         _drop_queued_deliveries(conn, reward_id, "reward canceled")
+        webhooks.emit(conn, org, [("REWARDS.CANCELED", reward_id)])
     return amount
 
 

@@ -29,6 +29,8 @@ from largesse.fields import service as fields_service
 from largesse.orders.models import reward_field_values, rewards
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
+from largesse.webhooks import service as webhooks
+from largesse.webhooks.tasks import deliver_webhook
 
 log = logging.getLogger("largesse.delivery")
 
@@ -99,6 +101,8 @@ def run_claimed(ctx: Context, item: Claimed) -> str:
             return _send(ctx, item)
         if job.kind == "expire_rewards":
             return expire_rewards(ctx, job)
+        if job.kind == "deliver_webhook":
+            return deliver_webhook(ctx, job)
         raise DeliveryError(f"unknown job kind {job.kind!r}", permanent=True)
     except DeliveryError as exc:
         return fail(ctx, job, str(exc), permanent=exc.permanent)
@@ -113,11 +117,13 @@ def fail(ctx: Context, job, error: str, *, permanent: bool) -> str:
         status = job_queue.mark_failed(conn, job, ctx.worker_id, error, permanent=permanent,
                                        base=settings.job_retry_base_seconds, cap=settings.job_retry_max_seconds)
         if status == job_queue.DEAD and job.kind == "deliver_reward" and job.reward_id:
-            conn.execute(
+            failed = conn.execute(
                 update(rewards)
                 .where(rewards.c.id == job.reward_id, rewards.c.delivery_status.in_(("PENDING", "SCHEDULED")))
                 .values(delivery_status="FAILED", delivery_error=error[:2000])
-            )
+            ).rowcount
+            if failed:
+                webhooks.emit(conn, job.organization_id, [("REWARDS.DELIVERY.FAILED", job.reward_id)])
     log.info("job %s (%s) attempt %s failed (%s): %s", job.id, job.kind, job.attempts,
              status or "lease lost", error)
     return status or "lost"
@@ -152,11 +158,13 @@ def _send(ctx: Context, item: Claimed) -> str:
             # Losing this commit in a server crash only means sending the email again, which
             # the at-least-once contract allows; not waiting for the WAL flush halves the cost.
             conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-        conn.execute(
+        delivered = conn.execute(
             update(rewards)
             .where(rewards.c.id == item.job.reward_id, rewards.c.delivery_status.in_(("PENDING", "SCHEDULED")))
             .values(delivery_status="SUCCEEDED", delivered_at=utcnow(), delivery_error=None)
-        )
+        ).rowcount
+        if delivered:
+            webhooks.emit(conn, item.job.organization_id, [("REWARDS.DELIVERY.SUCCEEDED", item.job.reward_id)])
         job_queue.mark_done(conn, item.job, ctx.worker_id)
     return "sent"
 

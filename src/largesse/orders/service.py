@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import orjson
-from sqlalchemy import Connection, Engine, bindparam, select
+from sqlalchemy import Connection, Engine, and_, bindparam, exists, select
 from sqlalchemy.exc import IntegrityError
 
 from largesse import auth, db
@@ -28,18 +28,23 @@ from largesse.config import Settings
 from largesse.delivery.models import jobs
 from largesse.errors import ApiError, BadRequest, Conflict, NotFound, payload_from
 from largesse.fields import service as fields_service
+from largesse.fields.models import fields as _fields
 from largesse.funding import service as funding
+from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
 from largesse.money import MoneyError, percent_of, to_cents
 from largesse.orders import repository
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.schemas import CreateOrderIn, RewardIn
 from largesse.orders.wire import order_to_wire, reward_to_wire
+from largesse.orgs.models import api_keys as _api_keys
 from largesse.orgs.models import members as _members
+from largesse.orgs.models import organizations as _organizations
 from largesse.orgs.service import email_key
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
 from largesse.webhooks import service as webhooks
+from largesse.webhooks.models import webhooks as _webhooks
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 EMAIL = re.compile(r"^[^@\s\"'<>(),;:\\]+@" + _LABEL + r"(?:\." + _LABEL + r")+$")
@@ -87,14 +92,16 @@ def place_order(engine: Engine, *, settings: Settings, credentials: Credentials,
     ]
     try:
         with db.write(engine) as conn:
-            caller = auth.verify(conn, credentials)
+            context = conn.execute(_CONTEXT, {"key_hash": credentials.key_hash}).first()
+            caller = auth.caller_from(context, credentials)
             org = caller.organization_id
             if body.external_id is not None:
                 replay = _replay(conn, org, body.external_id, fingerprint, settings)
                 if replay is not None:
                     return replay
-            plan = _plan(conn, settings=settings, caller=caller, body=body, reward_inputs=reward_inputs)
-            links = _write(conn, plan, fingerprint, body.external_id)
+            plan = _plan(conn, settings=settings, caller=caller, context=context, body=body,
+                         reward_inputs=reward_inputs)
+            links = _write(conn, plan, fingerprint, body.external_id, has_webhook=context.has_webhook)
     except IntegrityError:
         if body.external_id is None:
             raise
@@ -113,6 +120,23 @@ def place_order(engine: Engine, *, settings: Settings, credentials: Credentials,
     return PlacedOrder(order_to_wire(plan.order_row, wire_rewards))
 
 
+# Everything an order needs to know about its caller, in one statement: the key's
+# organization, its balance, and whether it has a webhook or required custom fields.
+_CONTEXT = (
+    select(
+        *auth.CALLER_COLUMNS,
+        _funding_sources.c.id.label("balance_id"),
+        _funding_sources.c.currency_code.label("balance_currency"),
+        exists().where(_webhooks.c.organization_id == _organizations.c.id).label("has_webhook"),
+        exists().where(_fields.c.organization_id == _organizations.c.id, _fields.c.required.is_(True))
+        .label("has_required_fields"),
+    )
+    .select_from(_api_keys)
+    .join(_organizations, _organizations.c.id == _api_keys.c.organization_id)
+    .outerjoin(_funding_sources, and_(_funding_sources.c.organization_id == _organizations.c.id,
+                                      _funding_sources.c.method == "balance"))
+    .where(_api_keys.c.key_hash == bindparam("key_hash"), _api_keys.c.revoked_at.is_(None))
+)
 _BY_EXTERNAL_ID = select(orders).where(
     orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
 _MEMBER_KEYS = select(_members.c.email_key).where(
@@ -146,12 +170,13 @@ class _Plan:
     funding_source_id: str
 
 
-def _plan(conn: Connection, *, settings: Settings, caller: Caller, body: CreateOrderIn,
+def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body: CreateOrderIn,
           reward_inputs: list[tuple[tuple, RewardIn]]) -> _Plan:
     org = caller.organization_id
     errors = _Errors()
-    source = funding.resolve(conn, org, body.payment.funding_source_id, loc=("payment", "funding_source_id"))
-    currency = source.currency_code
+    balance_id = funding.check_balance_reference(context.balance_id, body.payment.funding_source_id,
+                                                 loc=("payment", "funding_source_id"))
+    currency = context.balance_currency
 
     campaign_ids = {r.campaign_id for _, r in reward_inputs if r.campaign_id}
     campaigns = campaigns_service.get_many(conn, org, campaign_ids)
@@ -162,8 +187,9 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, body: CreateO
         product_ids.update(r.products or [])
     for c in campaigns.values():
         product_ids.update(c.products or [])
-    catalog_rows = catalog.get_many(conn, product_ids)
-    org_fields = {f.id: f for f in fields_service.list_for(conn, org)}
+    catalog_rows = catalog.get_many_cached(conn, product_ids)
+    wants_fields = context.has_required_fields or any(r.custom_fields for _, r in reward_inputs)
+    org_fields = {f.id: f for f in fields_service.list_for(conn, org)} if wants_fields else {}
     members = _member_keys(conn, org, reward_inputs) if settings.sandbox else set()
 
     now = utcnow()
@@ -265,11 +291,11 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, body: CreateO
     order_row = {
         "id": order_id, "organization_id": org, "external_id": body.external_id, "request_hash": None,
         "campaign_id": order_campaigns.pop() if len(order_campaigns) == 1 else None,
-        "status": "EXECUTED", "channel": "API", "funding_source_id": source.id, "currency_code": currency,
+        "status": "EXECUTED", "channel": "API", "funding_source_id": balance_id, "currency_code": currency,
         "subtotal_cents": subtotal, "fees_cents": fees, "discount_cents": 0, "total_cents": subtotal + fees,
         "refund_cents": 0, "created_at": now,
     }
-    return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, source.id)
+    return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, balance_id)
 
 
 def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) -> list[tuple]:
@@ -302,7 +328,8 @@ def _member_keys(conn: Connection, org: str, reward_inputs) -> set[str]:
     return set(conn.execute(_MEMBER_KEYS, {"org": org, "keys": list(keys)}).scalars())
 
 
-def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | None) -> dict[str, str]:
+def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | None, *,
+           has_webhook: bool) -> dict[str, str]:
     order = plan.order_row
     order["request_hash"] = fingerprint if external_id is not None else None
     conn.execute(_INSERT_ORDER, order)
@@ -314,7 +341,7 @@ def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | N
     links = tokens.issue_many(conn, plan.link_reward_ids)
     funding.debit(conn, funding_source_id=plan.funding_source_id, organization_id=order["organization_id"],
                   amount_cents=order["total_cents"], kind="order", order_id=order["id"])
-    webhooks.emit(conn, order["organization_id"], [("ORDERS.CREATED", order["id"])])
+    webhooks.emit(conn, order["organization_id"], [("ORDERS.CREATED", order["id"])], has_webhook=has_webhook)
     return links
 
 

@@ -72,13 +72,16 @@ def to_wire(row) -> dict:
     return {"id": row.id, "url": row.url, "private_key": row.private_key}
 
 
-def emit(conn: Connection, organization_id: str, events: list[tuple[str, str]]) -> int:
+def emit(conn: Connection, organization_id: str, events: list[tuple[str, str]], *,
+         has_webhook: bool | None = None) -> int:
     """Queue (event, resource_id) pairs for the organization's webhook, if it has one.
 
     Call inside the transaction of the change the events report. Costs one indexed
-    lookup when the organization has no webhook.
+    lookup unless the caller already knows (has_webhook) whether there is a webhook.
     """
-    if not events or conn.execute(_FOR_ORG, {"org": organization_id}).first() is None:
+    if has_webhook is None:
+        has_webhook = conn.execute(_FOR_ORG, {"org": organization_id}).first() is not None
+    if not events or not has_webhook:
         return 0
     now = utcnow()
     conn.execute(_INSERT_JOB, [
