@@ -67,7 +67,9 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=16, pool_pre_ping=True,
+    # No pool_pre_ping: it costs a round trip on every checkout (every request). Connections
+    # are recycled instead, and a connection broken by a server restart fails one request.
+    return create_engine(url, pool_size=pool_size, max_overflow=16, pool_recycle=1800,
                          json_serializer=_json_dumps)
 
 
