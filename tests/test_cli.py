@@ -1,0 +1,170 @@
+"""The operator's `largesse` command against each backend's database."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import text
+
+from largesse import db
+from tests.conftest import Org
+from tests.factories import available_cents, error, ok, order_body
+
+
+def _json(result) -> dict:
+    return json.loads(result.stdout)
+
+
+def test_org_create_json_gives_a_working_sandbox_org(cli, server):
+    email = f"ops-{secrets.token_hex(3)}@example.com"
+    created = _json(cli("org", "create", "--name", "Acme CLI", "--member-email", email, "--json"))
+    assert {"organization_id", "api_key", "funding_source_id"} <= set(created)
+    assert created["available_cents"] == 500000
+    org = Org(created["organization_id"], created["api_key"], created["funding_source_id"], email, server.url)
+    with org.http() as http:
+        (source,) = ok(http.get("/funding_sources"))["funding_sources"]
+        assert source["id"] == created["funding_source_id"] and source["meta"]["available_cents"] == 500000
+        assert source["meta"]["currency_code"] == "USD"
+        ok(http.post("/orders", json=order_body(email)))
+    listed = _json(cli("org", "list", "--json"))["organizations"]
+    assert created["organization_id"] in [o["id"] for o in listed]
+
+
+def test_org_create_refuses_a_bad_email(cli):
+    result = cli("org", "create", "--name", "X", "--member-email", "not-an-email", check=False)
+    assert result.returncode != 0 and "error" in result.stderr
+
+
+def test_added_member_becomes_an_allowed_recipient(org, http, cli):
+    email = f"new-{secrets.token_hex(3)}@example.com"
+    error(http.post("/orders", json=order_body(email)), 400)
+    added = _json(cli("members", "add", "--org", org.id, "--email", email, "--name", "New", "--json"))
+    assert added["email"] == email
+    ok(http.post("/orders", json=order_body(email)))
+    members = _json(cli("members", "list", "--org", org.id, "--json"))["members"]
+    assert {m["email"] for m in members} == {org.member_email, email}
+    again = cli("members", "add", "--org", org.id, "--email", email.upper(), check=False)
+    assert again.returncode != 0 and "already" in again.stderr
+
+
+def test_keys_create_list_revoke(org, cli):
+    created = _json(cli("keys", "create", "--org", org.id, "--label", "ci", "--json"))
+    key = created["api_key"]
+    listed_json = cli("keys", "list", "--org", org.id, "--json").stdout
+    listed_text = cli("keys", "list", "--org", org.id).stdout
+    for output in (listed_json, listed_text):
+        assert key not in output and org.api_key not in output
+    keys = {k["id"]: k for k in json.loads(listed_json)["api_keys"]}
+    assert key.startswith(keys[created["api_key_id"]]["prefix"])
+    assert len(keys[created["api_key_id"]]["prefix"]) < len(key) // 2
+    assert keys[created["api_key_id"]]["revoked"] is False
+    with replace(org, api_key=key).http() as http:
+        ok(http.get("/orders"))
+        cli("keys", "revoke", created["api_key_id"])
+        error(http.get("/orders"), 401)
+    keys = {k["id"]: k for k in _json(cli("keys", "list", "--org", org.id, "--json"))["api_keys"]}
+    assert keys[created["api_key_id"]]["revoked"] is True
+    with org.http() as http:
+        ok(http.get("/orders"))  # the organization's other key is untouched
+
+
+def test_balance_fund_and_show(org, http, cli):
+    funded = _json(cli("balance", "fund", "--org", org.id, "--amount", "250.50", "--memo", "wire 42", "--json"))
+    assert funded["credited_cents"] == 25050 and funded["available_cents"] == 525050
+    assert available_cents(http) == 525050
+    shown = _json(cli("balance", "show", "--org", org.id, "--json"))
+    assert shown["available_cents"] == 525050
+    latest = shown["entries"][0]
+    assert (latest["kind"], latest["amount_cents"], latest["memo"]) == ("funding", 25050, "wire 42")
+    assert latest["balance_after_cents"] == 525050
+    assert shown["entries"][1]["kind"] == "sandbox_credit"
+    for amount in ("-5", "1.001"):
+        result = cli("balance", "fund", "--org", org.id, "--amount", amount, "--memo", "x", check=False)
+        assert result.returncode != 0 and "amount" in result.stderr, amount
+    assert available_cents(http) == 525050
+
+
+def test_products_list(cli):
+    products = _json(cli("products", "list", "--json"))["products"]
+    assert "PGCNWBOOKS01US" in [p["id"] for p in products]
+
+
+def _product(pid: str, **overrides) -> dict:
+    return {"id": pid, "name": "Test Card", "category": "merchant_card", "subcategory": "fashion",
+            "currency_codes": ["USD"], "countries": ["US"], "images": [], "description": "d", "disclosure": "",
+            "skus": [{"min": 2, "max": 20, "currency_code": "USD"}], **overrides}
+
+
+def test_products_import_then_orderable(org, http, api, cli, tmp_path):
+    pid = "PTEST" + secrets.token_hex(4).upper()
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps({"products": [_product(pid)]}))
+    result = cli("products", "import", str(path))
+    assert "1 created" in result.stdout
+    assert api.get_product(pid).product.skus[0].max == 20
+    ok(http.post("/orders", json=order_body(org.member_email, denomination=20, products=[pid])))
+    error(http.post("/orders", json=order_body(org.member_email, denomination=21, products=[pid])), 400)
+    path.write_text(json.dumps({"products": [_product(pid, name="Renamed")]}))
+    assert "1 updated" in cli("products", "import", str(path)).stdout
+    assert ok(http.get(f"/products/{pid}"))["product"]["name"] == "Renamed"
+    assert len(api.list_products().products) == len(ok(http.get("/products"))["products"])
+
+
+BAD_CATALOGS = {
+    "not json": "{products: ",
+    "a list": "[]",
+    "no products key": '{"items": []}',
+    "bad id": json.dumps({"products": [_product("lower-case-id")]}),
+    "bad category": json.dumps({"products": [_product("PBADCATEGORY01", category="gift")]}),
+    "sku min > max": json.dumps({"products": [_product("PBADSKU0000001", skus=[{"min": 9, "max": 1,
+                                                                              "currency_code": "USD"}])]}),
+    "no skus": json.dumps({"products": [_product("PNOSKUS0000001", skus=[])]}),
+    "images not a list": json.dumps({"products": [_product("PBADIMAGES0001", images="card.png")]}),
+    "image without src": json.dumps({"products": [_product("PBADIMAGES0002", images=[{"type": "card"}])]}),
+    "countries not a list": json.dumps({"products": [_product("PBADCOUNTRY001", countries="US")]}),
+    "no countries": json.dumps({"products": [_product("PBADCOUNTRY002", countries=[])]}),
+    "sku not an object": json.dumps({"products": [_product("PBADSKU0000002", skus=["5-10 USD"])]}),
+    "name not a string": json.dumps({"products": [_product("PBADNAME000001", name={"en": "x"})]}),
+    "usage_instructions not a string": json.dumps({"products": [_product("PBADUSAGE00001",
+                                                                         usage_instructions=["a"])]}),
+    "duplicate ids": json.dumps({"products": [_product("PDUPLICATE0001"), _product("PDUPLICATE0001")]}),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CATALOGS))
+def test_products_import_refuses_bad_files(cli, http, tmp_path, name, backend):
+    if backend != "sqlite":
+        pytest.skip("a catalog file is checked before the database is opened: one backend is enough")
+    path = tmp_path / "bad.json"
+    path.write_text(BAD_CATALOGS[name])
+    result = cli("products", "import", str(path), check=False)
+    assert result.returncode != 0, result.stdout
+    assert result.stderr.startswith("error:") and "Traceback" not in result.stderr, result.stderr
+    for pid in re.findall(r'"id": "([A-Z0-9]{12,20})"', BAD_CATALOGS[name]):
+        error(http.get(f"/products/{pid}"), 404)
+    ok(http.get("/products"))
+
+
+def test_products_import_missing_file(cli, tmp_path):
+    result = cli("products", "import", str(tmp_path / "nope.json"), check=False)
+    assert result.returncode != 0 and "nope.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_ledger_verify_detects_a_tampered_balance(org, engine, cli):
+    with db.write(engine) as conn:
+        conn.execute(text("UPDATE funding_sources SET available_cents = available_cents + 1 WHERE id = :id"),
+                     {"id": org.funding_source_id})
+    try:
+        result = cli("ledger", "verify", check=False)
+        assert result.returncode == 1 and org.funding_source_id in result.stdout
+        report = _json(cli("ledger", "verify", "--json", check=False))
+        assert report["ok"] is False and report["problems"][0]["id"] == org.funding_source_id
+    finally:
+        with db.write(engine) as conn:
+            conn.execute(text("UPDATE funding_sources SET available_cents = available_cents - 1 WHERE id = :id"),
+                         {"id": org.funding_source_id})
+    assert cli("ledger", "verify").returncode == 0
