@@ -89,6 +89,13 @@ class BodySizeLimit:
         return await self.app(scope, limited_receive, send)
 
 
+def _loggable_path(path: str) -> str:
+    """The path without secrets: redemption tokens are bearer secrets and never logged."""
+    if path.startswith("/redeem/"):
+        return "/redeem/<token>"
+    return path
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
@@ -122,7 +129,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        log.exception("unhandled error on %s %s", request.method, _loggable_path(request.url.path))
         return _error(500, "Internal error; it has been logged")
 
 

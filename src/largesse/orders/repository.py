@@ -117,9 +117,12 @@ def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]]
     (label, value), rest = filters[0], filters[1:]
     conditions = [first.c.organization_id == org, first.c.label == label, first.c.value == value]
     for other_label, other_value in rest:
+        # Every column of ix_rfv_search is pinned (reward_created_at is copied identically
+        # into each of a reward's rows), so each probe is one index-only point lookup.
         other = aliased(reward_field_values)
         conditions.append(exists().where(
-            other.c.reward_id == first.c.reward_id, other.c.label == other_label, other.c.value == other_value,
+            other.c.organization_id == org, other.c.label == other_label, other.c.value == other_value,
+            other.c.reward_created_at == first.c.reward_created_at, other.c.reward_id == first.c.reward_id,
         ))
     matching = select(first.c.reward_id).where(*conditions)
     total = conn.execute(select(func.count()).select_from(matching.subquery())).scalar_one()
