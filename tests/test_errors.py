@@ -240,3 +240,47 @@ def test_fuzz_query_strings_never_5xx(http):
         response = http.get(f"{path}?{query}")
         assert response.status_code < 500, (path, query, response.text)
         assert response.headers["content-type"].startswith("application/json")
+
+
+def test_oversized_body_is_413_with_error_body(org, http):
+    body = order_body(org.member_email)
+    body["padding"] = "x" * 1_100_000
+    error(http.post("/orders", json=body), 413)
+
+    def chunks():  # no Content-Length: the limit applies while streaming
+        yield b'{"padding": "'
+        for _ in range(12):
+            yield b"x" * 100_000
+        yield b'"}'
+
+    response = http.post("/orders", content=chunks(), headers={"Content-Type": "application/json"})
+    assert 400 <= response.status_code < 500
+    error(response, response.status_code)
+    assert available_cents(http) == 500000
+
+
+@pytest.mark.parametrize(("method", "path", "base"), [
+    ("POST", "/campaigns", {"name": "C", "description": "d", "products": ["PGCNWBOOKS01US"],
+                            "webpage_style": {"headline": "h", "logo_image_height_px": 40},
+                            "email_style": {"button_color": "#FFFFFF"}, "fee_charged_to": "SENDER"}),
+    ("PUT", "/campaigns/{id}", {"name": "C", "products": ["PGCNWBOOKS01US"], "webpage_style": {"headline": "h"}}),
+    ("POST", "/fields", {"display_name": "Dept", "data_type": "Dropdown", "data": {"options": ["a", "b"]},
+                         "required": False}),
+])
+def test_fuzz_campaign_and_field_bodies_never_5xx(http, method, path, base):
+    campaign_id = ok(http.post("/campaigns", json={"name": "Base", "products": ["PGCNWBOOKS01US"]}))["campaign"]["id"]
+    url = path.format(id=campaign_id)
+    paths = [p for p, _ in _paths(base)]
+    rng = random.Random(hash(path) & 0xFFFF)
+    for _ in range(40):
+        body = copy.deepcopy(base)
+        target = rng.choice(paths)
+        current = body
+        for key in target:
+            current = current[key]
+        body = _set(body, target, _junk_for(current, rng))
+        response = http.request(method, url, content=json.dumps(body).encode(),
+                                headers={"Content-Type": "application/json"})
+        assert response.status_code < 500, (body if len(str(body)) < 2000 else target, response.text[:300])
+        if response.status_code >= 400:
+            error(response, response.status_code)
