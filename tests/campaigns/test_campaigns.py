@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.factories import CHARITY_USD, GIFT_CARD_USD, TRAVEL_MULTI, error, make_campaign, ok
@@ -21,6 +23,7 @@ def test_client_create_get_list_update(api, http):
     from tremendous import UpdateCampaignRequest
 
     created = _create(api, {"name": "Holiday", "description": "Year end", "products": [GIFT_CARD_USD, CHARITY_USD]})
+    assert re.match(r"^[A-Z0-9]{12,20}$", created.id)
     assert created.name == "Holiday" and created.description == "Year end"
     assert _products(created) == [GIFT_CARD_USD, CHARITY_USD]
     fetched = api.get_campaign(created.id).campaign

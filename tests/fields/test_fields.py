@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.factories import error, make_field, ok, unique
@@ -18,6 +20,7 @@ def test_client_create_and_list(api):
     field = _create(api, {"display_name": name, "data_type": "Dropdown", "data": {"options": ["A1", "B2"]},
                           "required": True})
     assert field.label == " ".join(name.split())
+    assert re.match(r"^[A-Z0-9]{12,20}$", field.id)
     assert (field.data_type, field.required, field.scope) == ("Dropdown", True, "REWARD")
     assert field.data.options == ["A1", "B2"]
     listed = {f.id: f for f in api.list_fields().fields}

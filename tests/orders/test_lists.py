@@ -123,6 +123,13 @@ SPEC = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
+def test_spec_form_is_the_default_setting():
+    from largesse.config import Settings
+
+    assert Settings.from_env({}).reward_list_timestamps == "spec"
+    assert Settings.from_env({"LARGESSE_REWARD_LIST_TIMESTAMPS": "iso8601"}).reward_list_timestamps == "iso8601"
+
+
 def test_reward_list_timestamps_spec_form(org, make_server):
     server = make_server(reward_list_timestamps="spec")
     with replace(org, base_url=server.url).http() as http:
