@@ -284,3 +284,22 @@ def test_fuzz_campaign_and_field_bodies_never_5xx(http, method, path, base):
         assert response.status_code < 500, (body if len(str(body)) < 2000 else target, response.text[:300])
         if response.status_code >= 400:
             error(response, response.status_code)
+
+
+def test_trailing_slash_is_an_error_not_a_redirect(http):
+    for path in ("/orders/", "/rewards/", "/campaigns/"):
+        response = http.get(path, follow_redirects=False)
+        error(response, 404)
+
+
+def test_anonymous_request_is_401_before_any_parsing(org):
+    with httpx.Client(base_url=f"{org.base_url}/api/v2") as anonymous:
+        error(anonymous.post("/orders", content=b"{not json", headers={"Content-Type": "application/json"}), 401)
+        error(anonymous.get("/no_such_route"), 401)
+        error(anonymous.get("/orders", headers={"Authorization": "Basic dXNlcjpwYXNz"}), 401)
+        error(anonymous.get("/orders", headers={"Authorization": "Bearer"}), 401)
+
+
+@pytest.mark.parametrize("limit", ["1_0", " 5", "٣", "+5", "5.0"])
+def test_integer_parameters_are_plain_digits(http, limit):
+    error(http.get("/orders", params={"limit": limit}), 400)

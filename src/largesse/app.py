@@ -60,8 +60,13 @@ def _error(status: int, message: str, payload: dict | None = None, headers: dict
     return response
 
 
-class BodySizeLimit:
-    """Refuse bodies over MAX_BODY_BYTES: by Content-Length up front, or while streaming."""
+class RequestGuard:
+    """Checks made before any routing or body parsing.
+
+    - API requests without a Bearer Authorization header answer 401 at once, so an
+      anonymous caller learns nothing about routes or body validation.
+    - Bodies over MAX_BODY_BYTES are refused: by Content-Length up front, or while streaming.
+    """
 
     def __init__(self, app):
         self.app = app
@@ -69,6 +74,11 @@ class BodySizeLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if scope["path"].startswith(API_PREFIX + "/") or scope["path"] == API_PREFIX:
+            authorization = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not authorization[:7].lower() == b"bearer " or not authorization[7:].strip():
+                return await _error(401, "Missing or malformed Authorization header; send "
+                                         "'Authorization: Bearer <API key>'")(scope, receive, send)
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.isdigit():
@@ -160,27 +170,31 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
         ),
         lifespan=lifespan,
         openapi_url="/openapi.json",
+        redirect_slashes=False,  # exact paths only (API.md §7.16): /orders/ is a 404, not a redirect
         docs_url="/docs",
         redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
-    app.add_middleware(BodySizeLimit)
+    app.add_middleware(RequestGuard)
     install_error_handlers(app)
 
     from largesse.campaigns.endpoints import router as campaigns_router
     from largesse.catalog.endpoints import router as products_router
+    from largesse.delivery.endpoints import router as delivery_router
     from largesse.fields.endpoints import router as fields_router
     from largesse.funding.endpoints import router as funding_router
     from largesse.funding.transactions import router as transactions_router
     from largesse.orders.endpoints import router as orders_router
     from largesse.orgs.endpoints import router as orgs_router
+    from largesse.redemption.endpoints import router as redemption_router
     from largesse.webhooks.endpoints import router as webhooks_router
 
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
                    transactions_router, orgs_router, webhooks_router):
         app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    _include_optional(app)
+    app.include_router(delivery_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.get("/healthz", include_in_schema=False)
@@ -192,17 +206,3 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
         return json_response({"service": "largesse", "version": __version__, "api": API_PREFIX, "docs": "/docs"})
 
     return app
-
-
-def _include_optional(app: FastAPI) -> None:
-    """Routers of later domains (delivery actions, redemption pages) when present."""
-    import importlib
-
-    for module_name, prefix in (("largesse.delivery.endpoints", API_PREFIX), ("largesse.redemption.endpoints", "")):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        app.include_router(module.router, prefix=prefix, responses=ERROR_RESPONSES if prefix else None)

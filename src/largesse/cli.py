@@ -331,21 +331,16 @@ def products_import(path: Annotated[str, typer.Argument(help='JSON file {"produc
     typer.echo(f"imported {path}: {created} created, {updated} updated")
 
 
-def _register_optional() -> None:
-    """Commands of later domains (delivery jobs, inventory) when present."""
-    import importlib
+def _register_domain_commands() -> None:
+    """worker/jobs (delivery) and inventory (redemption) live with their domains."""
+    from largesse.delivery import cli as delivery_cli
+    from largesse.redemption import cli as redemption_cli
 
-    for module_name in ("largesse.delivery.cli", "largesse.redemption.cli"):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        module.register(app)
+    delivery_cli.register(app)
+    redemption_cli.register(app)
 
 
-_register_optional()
+_register_domain_commands()
 
 
 def main() -> None:

@@ -67,6 +67,8 @@ def int_param(request: Request, name: str, default: int, *, low: int, high: int 
     if raw is None or raw == "":
         return default
     try:
+        if not raw.isascii() or not raw.lstrip("-").isdigit():  # int() would take "1_0" and " 5"
+            raise ValueError(raw)
         value = int(raw, 10)
     except ValueError:
         raise BadRequest(f"{name} must be an integer", {name: ["must be an integer"]}) from None
@@ -79,6 +81,20 @@ def int_param(request: Request, name: str, default: int, *, low: int, high: int 
             return high
         raise BadRequest(f"{name} must be <= {high}", {name: [f"must be <= {high}"]})
     return value
+
+
+def timestamp_param(request: Request, name: str):
+    """An ISO 8601 date or date-time query parameter as naive UTC, or None; 400 otherwise."""
+    from largesse.timeutil import parse_timestamp
+
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    clean_text(raw, name, max_length=64)
+    try:
+        return parse_timestamp(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO 8601 date or date-time", {name: ["is not a valid date"]}) from None
 
 
 def clean_text(value: str, name: str, *, max_length: int = 1000) -> str:

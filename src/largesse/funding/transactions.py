@@ -7,12 +7,11 @@ from sqlalchemy import select
 
 from largesse import db
 from largesse.auth import CallerDep
-from largesse.errors import BadRequest
 from largesse.funding.models import funding_sources, ledger_entries
 from largesse.money import to_wire
 from largesse.orders.models import orders
-from largesse.timeutil import iso, parse_timestamp
-from largesse.web import EngineDep, clean_text, int_param, json_response
+from largesse.timeutil import iso
+from largesse.web import EngineDep, int_param, json_response, timestamp_param
 
 router = APIRouter(tags=["funding sources"])
 
@@ -25,23 +24,13 @@ DESCRIPTIONS = {
 }
 
 
-def _time(request: Request, name: str):
-    raw = request.query_params.get(name)
-    if not raw:
-        return None
-    try:
-        return parse_timestamp(clean_text(raw, name, max_length=64))
-    except ValueError:
-        raise BadRequest(f"{name} must be an ISO 8601 date or date-time", {name: ["is not a valid date"]}) from None
-
-
 @router.get("/balance_transactions")
 def list_balance_transactions(request: Request, caller: CallerDep, engine: EngineDep):
     """Ledger entries of the balance. Query: offset, limit (default 10, max 500), created_at[gte|lte]."""
     offset = int_param(request, "offset", 0, low=0)
     limit = int_param(request, "limit", 10, low=1, high=500)
     conditions = [ledger_entries.c.organization_id == caller.organization_id]
-    gte, lte = _time(request, "created_at[gte]"), _time(request, "created_at[lte]")
+    gte, lte = timestamp_param(request, "created_at[gte]"), timestamp_param(request, "created_at[lte]")
     if gte is not None:
         conditions.append(ledger_entries.c.created_at >= gte)
     if lte is not None:

@@ -6,11 +6,10 @@ from fastapi import APIRouter, Request
 
 from largesse import db
 from largesse.auth import CallerDep, CredentialsDep
-from largesse.errors import BadRequest, NotFound
+from largesse.errors import NotFound
 from largesse.orders import repository, service
 from largesse.orders.schemas import CreateOrderIn, OrderEnvelope, OrderList, RewardEnvelope, RewardList
-from largesse.timeutil import parse_timestamp
-from largesse.web import EngineDep, SettingsDep, clean_text, int_param, json_response, run_db
+from largesse.web import EngineDep, SettingsDep, clean_text, int_param, json_response, run_db, timestamp_param
 
 router = APIRouter(tags=["orders"])
 
@@ -28,17 +27,6 @@ async def create_order(body: CreateOrderIn, credentials: CredentialsDep, engine:
     return json_response({"order": placed.order}, status_code=201 if placed.replay else 200)
 
 
-def _timestamp_param(request: Request, name: str):
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    clean_text(raw, name, max_length=64)
-    try:
-        return parse_timestamp(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an ISO 8601 date or date-time", {name: ["is not a valid date"]}) from None
-
-
 @router.get("/orders", response_model=OrderList)
 def list_orders(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     """Orders, newest first. Query: offset, limit (default 10, max 500), campaign_id, external_id,
@@ -50,8 +38,8 @@ def list_orders(request: Request, caller: CallerDep, engine: EngineDep, settings
     for name, value in (("campaign_id", campaign_id), ("external_id", external_id)):
         if value is not None:
             clean_text(value, name, max_length=200)
-    gte = _timestamp_param(request, "created_at[gte]")
-    lte = _timestamp_param(request, "created_at[lte]")
+    gte = timestamp_param(request, "created_at[gte]")
+    lte = timestamp_param(request, "created_at[lte]")
     with db.read(engine) as conn:
         rows, total = repository.list_orders(
             conn, caller.organization_id, offset=offset, limit=limit, campaign_id=campaign_id,
