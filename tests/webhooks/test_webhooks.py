@@ -47,7 +47,10 @@ class Receiver:
 def receiver():
     started = Receiver()
     yield started
+    # Close the socket too: a listening socket nobody serves accepts connections and never
+    # answers, so later tests' workers would wait out the delivery timeout on its events.
     started.server.shutdown()
+    started.server.server_close()
 
 
 def test_manage_webhook_with_the_client(api, other_org, receiver):
