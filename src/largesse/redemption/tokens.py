@@ -15,16 +15,21 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def new_tokens(reward_ids: list[str]) -> tuple[dict[str, str], list[dict]]:
+    """Fresh tokens ({reward_id: token}) and the redemption_tokens rows that store their hashes."""
+    now = utcnow()
+    tokens = {reward_id: secrets.token_urlsafe(32) for reward_id in reward_ids}
+    rows = [{"token_hash": hash_token(token), "reward_id": reward_id, "created_at": now}
+            for reward_id, token in tokens.items()]
+    return tokens, rows
+
+
 def issue_many(conn: Connection, reward_ids: list[str]) -> dict[str, str]:
     """A fresh token per reward, in the caller's transaction; returns {reward_id: token}."""
     if not reward_ids:
         return {}
-    now = utcnow()
-    tokens = {reward_id: secrets.token_urlsafe(32) for reward_id in reward_ids}
-    conn.execute(redemption_tokens.insert(), [
-        {"token_hash": hash_token(token), "reward_id": reward_id, "created_at": now}
-        for reward_id, token in tokens.items()
-    ])
+    tokens, rows = new_tokens(reward_ids)
+    conn.execute(redemption_tokens.insert(), rows)
     return tokens
 
 

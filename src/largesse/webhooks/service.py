@@ -83,14 +83,19 @@ def emit(conn: Connection, organization_id: str, events: list[tuple[str, str]], 
         has_webhook = conn.execute(_FOR_ORG, {"org": organization_id}).first() is not None
     if not events or not has_webhook:
         return 0
+    conn.execute(_INSERT_JOB, job_rows(organization_id, events))
+    return len(events)
+
+
+def job_rows(organization_id: str, events: list[tuple[str, str]]) -> list[dict]:
+    """The outbox rows that deliver (event, resource_id) pairs to the organization's webhook."""
     now = utcnow()
-    conn.execute(_INSERT_JOB, [
+    return [
         {"kind": "deliver_webhook", "organization_id": organization_id, "reward_id": None,
          "payload": event_body(event, resource_id, now), "status": "queued", "attempts": 0,
          "max_attempts": MAX_ATTEMPTS, "run_after": now, "created_at": now, "updated_at": now}
         for event, resource_id in events
-    ])
-    return len(events)
+    ]
 
 
 def event_body(event: str, resource_id: str, at=None) -> dict:
