@@ -99,6 +99,26 @@ class RequestGuard:
         return await self.app(scope, limited_receive, send)
 
 
+def _document_self_parsed_bodies(app: FastAPI) -> None:
+    """Put the schemas of bodies that endpoints parse themselves (web.json_body_doc) into the
+    OpenAPI components, where their requestBody $refs point."""
+    from largesse.web import SELF_PARSED_BODIES
+
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schemas = generate().setdefault("components", {}).setdefault("schemas", {})
+            for model in SELF_PARSED_BODIES:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                for name, definition in schema.pop("$defs", {}).items():
+                    schemas.setdefault(name, definition)
+                schemas[model.__name__] = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
 def _loggable_path(path: str) -> str:
     """The path without secrets: redemption tokens are bearer secrets and never logged."""
     if path.startswith("/redeem/"):
@@ -196,6 +216,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     app.include_router(delivery_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _document_self_parsed_bodies(app)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():

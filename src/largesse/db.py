@@ -60,6 +60,7 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
         engine = create_engine(
             url,
             json_serializer=_json_dumps,
+            json_deserializer=orjson.loads,
             poolclass=QueuePool,
             pool_size=pool_size,
             max_overflow=32,
@@ -70,7 +71,7 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
     # No pool_pre_ping: it costs a round trip on every checkout (every request). Connections
     # are recycled instead, and a connection broken by a server restart fails one request.
     return create_engine(url, pool_size=pool_size, max_overflow=16, pool_recycle=1800,
-                         json_serializer=_json_dumps)
+                         json_serializer=_json_dumps, json_deserializer=orjson.loads)
 
 
 def _json_dumps(value) -> str:

@@ -13,12 +13,12 @@ def utcnow() -> datetime:
 def iso(value: datetime | None) -> str | None:
     if value is None:
         return None
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return value.isoformat(timespec="milliseconds") + "Z"  # C-level; strftime showed in list profiles
 
 
 def spec_timestamp(value: datetime) -> str:
     """The interface specification's reward-search form: '2024-01-01 12:00:00 UTC'."""
-    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return value.isoformat(sep=" ", timespec="seconds") + " UTC"
 
 
 def iso_date(value: date | None) -> str | None:

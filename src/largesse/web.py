@@ -15,6 +15,8 @@ from typing import Annotated, Any, TypeVar
 import anyio.to_thread
 import orjson
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine
 from starlette.responses import Response
 
@@ -99,6 +101,29 @@ def int_param(request: Request, name: str, default: int, *, low: int, high: int 
             return high
         raise BadRequest(f"{name} must be <= {high}", {name: [f"must be <= {high}"]})
     return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_json_body(model: type[M], raw: bytes) -> M:
+    """Validate a JSON request body straight from its bytes (pydantic's parser, no json.loads);
+    failures reach the same handler, and so the same 400 body, as FastAPI's own validation."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False, include_context=False)) from None
+
+
+def json_body_doc(model: type[BaseModel]) -> dict:
+    """openapi_extra documenting a body that the endpoint parses itself (see app.py's openapi)."""
+    SELF_PARSED_BODIES.append(model)
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+
+
+# Models of bodies that endpoints parse themselves; app.py adds their schemas to the document.
+SELF_PARSED_BODIES: list[type[BaseModel]] = []
 
 
 def timestamp_param(request: Request, name: str):
