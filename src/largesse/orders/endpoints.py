@@ -44,7 +44,7 @@ async def create_order(request: Request):
 
 
 @router.get("/orders", response_model=OrderList)
-def list_orders(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def list_orders(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     """Orders, newest first. Query: offset, limit (default 10, max 500), campaign_id, external_id,
     created_at[gte], created_at[lte]."""
     offset = int_param(request, "offset", 0, low=0)
@@ -56,29 +56,36 @@ def list_orders(request: Request, caller: CallerDep, engine: EngineDep, settings
             clean_text(value, name, max_length=200)
     gte = timestamp_param(request, "created_at[gte]")
     lte = timestamp_param(request, "created_at[lte]")
-    with db.read(engine) as conn:
-        rows, total = repository.list_orders(
-            conn, caller.organization_id, offset=offset, limit=limit, campaign_id=campaign_id,
-            external_id=external_id, created_gte=gte, created_lte=lte,
-        )
-        wire = repository.orders_to_wire(conn, rows, settings)
+
+    def load():
+        with db.read(engine) as conn:
+            rows, total = repository.list_orders(
+                conn, caller.organization_id, offset=offset, limit=limit, campaign_id=campaign_id,
+                external_id=external_id, created_gte=gte, created_lte=lte,
+            )
+            return repository.orders_to_wire(conn, rows, settings), total
+
+    wire, total = await run_db(engine, load)
     return json_response({"orders": wire, "total_count": total})
 
 
 @router.get("/orders/{order_id}", response_model=OrderEnvelope)
-def get_order(order_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def get_order(order_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     """An order by its ID or by its external_id."""
     clean_text(order_id, "id", max_length=200)
-    with db.read(engine) as conn:
-        row = repository.get_order(conn, caller.organization_id, order_id)
-        if row is None:
-            raise NotFound(f"Order {order_id} not found", {"id": ["not found"]})
-        order = repository.orders_to_wire(conn, [row], settings)[0]
-    return json_response({"order": order})
+
+    def load():
+        with db.read(engine) as conn:
+            row = repository.get_order(conn, caller.organization_id, order_id)
+            if row is None:
+                raise NotFound(f"Order {order_id} not found", {"id": ["not found"]})
+            return repository.orders_to_wire(conn, [row], settings)[0]
+
+    return json_response({"order": await run_db(engine, load)})
 
 
 @router.get("/rewards", response_model=RewardList)
-def list_rewards(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def list_rewards(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     """Rewards, newest first. Every query parameter other than offset and limit is a custom
     field label whose value must match exactly; all given labels must match."""
     offset = int_param(request, "offset", 0, low=0)
@@ -87,20 +94,27 @@ def list_rewards(request: Request, caller: CallerDep, engine: EngineDep, setting
         (clean_text(k, "label", max_length=100), clean_text(v, k[:100], max_length=1000))
         for k, v in request.query_params.multi_items() if k not in PAGINATION
     ]
-    with db.read(engine) as conn:
-        rows, total = repository.search_rewards(conn, caller.organization_id, filters=filters, offset=offset,
-                                                limit=limit)
-        wire = repository.rewards_to_wire(conn, rows, created_format=(
-            "spec" if settings.reward_list_timestamps == "spec" else "iso8601"))
+    created_format = "spec" if settings.reward_list_timestamps == "spec" else "iso8601"
+
+    def load():
+        with db.read(engine) as conn:
+            rows, total = repository.search_rewards(conn, caller.organization_id, filters=filters, offset=offset,
+                                                    limit=limit)
+            return repository.rewards_to_wire(conn, rows, created_format=created_format), total
+
+    wire, total = await run_db(engine, load)
     return json_response({"rewards": wire, "total_count": total})
 
 
 @router.get("/rewards/{reward_id}", response_model=RewardEnvelope)
-def get_reward(reward_id: str, caller: CallerDep, engine: EngineDep):
+async def get_reward(reward_id: str, caller: CallerDep, engine: EngineDep):
     clean_text(reward_id, "id", max_length=200)
-    with db.read(engine) as conn:
-        row = repository.get_reward(conn, caller.organization_id, reward_id)
-        if row is None:
-            raise NotFound(f"Reward {reward_id} not found", {"id": ["not found"]})
-        reward = repository.rewards_to_wire(conn, [row])[0]
-    return json_response({"reward": reward})
+
+    def load():
+        with db.read(engine) as conn:
+            row = repository.get_reward(conn, caller.organization_id, reward_id)
+            if row is None:
+                raise NotFound(f"Reward {reward_id} not found", {"id": ["not found"]})
+            return repository.rewards_to_wire(conn, [row])[0]
+
+    return json_response({"reward": await run_db(engine, load)})
