@@ -128,6 +128,22 @@ def write(engine: Engine) -> Iterator[Connection]:
             lock.release()
 
 
+def owned_or_404(conn: Connection, table, organization_id: str, row_id: str, noun: str):
+    """The row of `table` with this id *and* the caller's organization, or 404.
+
+    Every client resource is looked up this way: another organization's id is
+    indistinguishable from an unknown one.
+    """
+    from largesse.errors import NotFound
+
+    row = conn.execute(
+        table.select().where(table.c.organization_id == organization_id, table.c.id == row_id)
+    ).first()
+    if row is None:
+        raise NotFound(f"{noun} {row_id} not found", {"id": ["not found"]})
+    return row
+
+
 @contextlib.contextmanager
 def read(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:

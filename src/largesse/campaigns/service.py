@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
+from largesse import db
 from largesse.campaigns.models import campaigns
 from largesse.catalog import service as catalog
 from largesse.errors import NotFound, Unprocessable
@@ -21,10 +22,7 @@ def get(conn: Connection, organization_id: str, campaign_id: str):
 
 
 def get_or_404(conn: Connection, organization_id: str, campaign_id: str):
-    row = get(conn, organization_id, campaign_id)
-    if row is None:
-        raise NotFound(f"Campaign {campaign_id} not found", {"id": ["not found"]})
-    return row
+    return db.owned_or_404(conn, campaigns, organization_id, campaign_id, "Campaign")
 
 
 def get_many(conn: Connection, organization_id: str, ids) -> dict:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import Connection, Engine, or_, select, update
+from sqlalchemy import Connection, Engine, select, update
 
 from largesse import db
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
-from largesse.errors import Forbidden, NotFound, Unprocessable
+from largesse.errors import Forbidden, Unprocessable
 from largesse.funding import service as funding
+from largesse.orders import lifecycle
 from largesse.orders.models import orders, rewards
 from largesse.orders.service import EMAIL, PHONE
 from largesse.orgs.service import email_key
@@ -34,12 +35,7 @@ EXPIRE_BATCH = 500
 
 
 def _reward_or_404(conn: Connection, org: str, reward_id: str):
-    row = conn.execute(
-        select(rewards).where(rewards.c.organization_id == org, rewards.c.id == reward_id)
-    ).first()
-    if row is None:
-        raise NotFound(f"Reward {reward_id} not found", {"id": ["not found"]})
-    return row
+    return db.owned_or_404(conn, rewards, org, reward_id, "Reward")
 
 
 def refund(conn: Connection, reward, *, memo: str) -> int:
@@ -72,13 +68,7 @@ def cancel_reward(engine: Engine, *, org: str, reward_id: str) -> int:
     now = utcnow()
     with db.write(engine) as conn:
         reward = _reward_or_404(conn, org, reward_id)
-        changed = conn.execute(
-            update(rewards)
-            .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE",
-                   or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > now))
-            .values(status="CANCELED", canceled_at=now)
-        ).rowcount
-        if not changed:
+        if not lifecycle.close(conn, reward_id, status="CANCELED", at=now):
             status = conn.execute(select(rewards.c.status).where(rewards.c.id == reward_id)).scalar_one()
             reason = {"REDEEMED": "it has been redeemed", "CANCELED": "it is already canceled",
                       "EXPIRED": "it has expired"}.get(status, "it has expired")

@@ -70,12 +70,7 @@ def _check_role(role: str, loc: str = "role") -> str:
 
 
 def _get_member(conn, org: str, member_id: str):
-    row = conn.execute(
-        select(members).where(members.c.organization_id == org, members.c.id == member_id)
-    ).first()
-    if row is None:
-        raise NotFound(f"Member {member_id} not found", {"id": ["not found"]})
-    return row
+    return db.owned_or_404(conn, members, org, member_id, "Member")
 
 
 @router.get("/organizations")

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, Engine, or_, select, update
+from sqlalchemy import Connection, Engine, select
 
 from largesse import db
 from largesse.campaigns.models import campaigns
 from largesse.catalog.models import products
 from largesse.catalog.service import band_for
 from largesse.config import Settings
+from largesse.orders import lifecycle
 from largesse.orders.models import rewards
 from largesse.orgs.models import organizations
 from largesse.redemption import tokens
@@ -201,14 +202,9 @@ def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings) -
         if reward_id is None:
             raise RedemptionError("not_found")
         now = utcnow()
-        changed = conn.execute(
-            update(rewards)
-            .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE",
-                   or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > now))
-            .values(status="REDEEMED", redeemed_at=now)
-        ).rowcount
+        won = lifecycle.close(conn, reward_id, status="REDEEMED", at=now)
         reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
-        if changed != 1:
+        if not won:
             status = _effective_status(reward)
             raise RedemptionError({"REDEEMED": "already_redeemed", "CANCELED": "canceled"}.get(status, "expired"))
         if product_id not in (reward.products or []):

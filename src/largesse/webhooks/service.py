@@ -15,8 +15,8 @@ import uuid
 import orjson
 from sqlalchemy import Connection, bindparam, delete, select
 
+from largesse import db
 from largesse.delivery.models import jobs
-from largesse.errors import NotFound
 from largesse.ids import new_id
 from largesse.timeutil import iso, utcnow
 from largesse.webhooks.models import webhooks
@@ -41,12 +41,7 @@ def for_org(conn: Connection, organization_id: str):
 
 
 def get_or_404(conn: Connection, organization_id: str, webhook_id: str):
-    row = conn.execute(
-        select(webhooks).where(webhooks.c.organization_id == organization_id, webhooks.c.id == webhook_id)
-    ).first()
-    if row is None:
-        raise NotFound(f"Webhook {webhook_id} not found", {"id": ["not found"]})
-    return row
+    return db.owned_or_404(conn, webhooks, organization_id, webhook_id, "Webhook")
 
 
 def upsert(conn: Connection, organization_id: str, url: str):
