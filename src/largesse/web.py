@@ -61,6 +61,28 @@ async def run_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=_limiter())
 
 
+async def read_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """fn(conn, *args, **kwargs) in a read transaction, through run_db."""
+    from largesse import db
+
+    def work():
+        with db.read(engine) as conn:
+            return fn(conn, *args, **kwargs)
+
+    return await run_db(engine, work)
+
+
+async def write_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """fn(conn, *args, **kwargs) in one write transaction (committed if fn returns), through run_db."""
+    from largesse import db
+
+    def work():
+        with db.write(engine) as conn:
+            return fn(conn, *args, **kwargs)
+
+    return await run_db(engine, work)
+
+
 # How many requests of one process may run database work at once (PostgreSQL). Measured on
 # 2 cores: 4-8 concurrent transactions give 255 orders/s with a p99 of 90 ms, the thread
 # pool's default of 40 gives 195/s and 290 ms: more threads only fight over the GIL, and an

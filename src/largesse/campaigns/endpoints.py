@@ -7,11 +7,10 @@ import re
 from fastapi import APIRouter
 from pydantic import Field, StrictBool, StrictInt, field_validator
 
-from largesse import db
 from largesse.auth import CallerDep
 from largesse.campaigns import service
 from largesse.schemas import Id, Name, Out, Text, Wire
-from largesse.web import EngineDep, clean_text, json_response
+from largesse.web import EngineDep, clean_text, json_response, read_db, write_db
 
 router = APIRouter(tags=["campaigns"])
 
@@ -99,34 +98,30 @@ def _values(body: Wire) -> dict:
 
 
 @router.get("/campaigns", response_model=CampaignList)
-def list_campaigns(caller: CallerDep, engine: EngineDep):
-    with db.read(engine) as conn:
-        rows = service.list_for(conn, caller.organization_id)
+async def list_campaigns(caller: CallerDep, engine: EngineDep):
+    rows = await read_db(engine, service.list_for, caller.organization_id)
     return json_response({"campaigns": [service.to_wire(r) for r in rows]})
 
 
 @router.get("/campaigns/{campaign_id}", response_model=CampaignEnvelope)
-def get_campaign(campaign_id: str, caller: CallerDep, engine: EngineDep):
+async def get_campaign(campaign_id: str, caller: CallerDep, engine: EngineDep):
     clean_text(campaign_id, "id", max_length=200)
-    with db.read(engine) as conn:
-        row = service.get_or_404(conn, caller.organization_id, campaign_id)
+    row = await read_db(engine, service.get_or_404, caller.organization_id, campaign_id)
     return json_response({"campaign": service.to_wire(row)})
 
 
 @router.post("/campaigns", response_model=CampaignEnvelope)
-def create_campaign(body: CreateCampaignIn, caller: CallerDep, engine: EngineDep):
+async def create_campaign(body: CreateCampaignIn, caller: CallerDep, engine: EngineDep):
     """Create a campaign; `products` may contain ALL_FEE_FREE."""
-    with db.write(engine) as conn:
-        row = service.create(conn, caller.organization_id, _values(body))
+    row = await write_db(engine, service.create, caller.organization_id, _values(body))
     return json_response({"campaign": service.to_wire(row)})
 
 
 @router.put("/campaigns/{campaign_id}", response_model=CampaignEnvelope)
-def update_campaign(campaign_id: str, body: UpdateCampaignIn, caller: CallerDep, engine: EngineDep):
+async def update_campaign(campaign_id: str, body: UpdateCampaignIn, caller: CallerDep, engine: EngineDep):
     """Update the given keys of a campaign; a style object updates only the keys it names."""
     clean_text(campaign_id, "id", max_length=200)
-    with db.write(engine) as conn:
-        row = service.update(conn, caller.organization_id, campaign_id, _values(body))
+    row = await write_db(engine, service.update, caller.organization_id, campaign_id, _values(body))
     return json_response({"campaign": service.to_wire(row)})
 
 

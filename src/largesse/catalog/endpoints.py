@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from largesse import db
 from largesse.auth import CallerDep
 from largesse.catalog import service
 from largesse.errors import NotFound
 from largesse.schemas import Out
-from largesse.web import EngineDep, SettingsDep, clean_text, json_response
+from largesse.web import EngineDep, SettingsDep, clean_text, json_response, read_db
 
 router = APIRouter(tags=["products"])
 
@@ -43,15 +42,14 @@ def _comma_list(request: Request, name: str) -> set[str] | None:
 
 
 @router.get("/products", response_model=ProductList)
-def list_products(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def list_products(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     """Products, filtered by `id` (comma list, or ALL_FEE_FREE), `country`, `currency` and
     `subcategory` (comma lists; a product matches when it has any of the listed values)."""
     ids = _comma_list(request, "id")
     countries = _comma_list(request, "country")
     currencies = _comma_list(request, "currency")
     subcategories = {s.lower() for s in (_comma_list(request, "subcategory") or [])} or None
-    with db.read(engine) as conn:
-        rows = service.list_active(conn)
+    rows = await read_db(engine, service.list_active)
     selected = []
     for row in rows:
         if ids is not None:
@@ -69,10 +67,9 @@ def list_products(request: Request, caller: CallerDep, engine: EngineDep, settin
 
 
 @router.get("/products/{product_id}", response_model=ProductEnvelope)
-def get_product(product_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def get_product(product_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     clean_text(product_id, "id", max_length=200)
-    with db.read(engine) as conn:
-        row = service.get(conn, product_id)
+    row = await read_db(engine, service.get, product_id)
     if row is None:
         raise NotFound(f"Product {product_id} not found", {"id": ["not found"]})
     return json_response({"product": service.to_wire_product(row, settings.public_url)})

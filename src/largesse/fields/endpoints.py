@@ -5,11 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import Field, StrictBool
 
-from largesse import db
 from largesse.auth import CallerDep
 from largesse.fields import service
 from largesse.schemas import Out, Text, Wire
-from largesse.web import EngineDep, json_response
+from largesse.web import EngineDep, json_response, read_db, write_db
 
 router = APIRouter(tags=["fields"])
 
@@ -44,20 +43,18 @@ class FieldEnvelope(Out):
 
 
 @router.get("/fields", response_model=FieldList)
-def list_fields(caller: CallerDep, engine: EngineDep):
-    with db.read(engine) as conn:
-        rows = service.list_for(conn, caller.organization_id)
+async def list_fields(caller: CallerDep, engine: EngineDep):
+    rows = await read_db(engine, service.list_for, caller.organization_id)
     return json_response({"fields": [service.to_wire(r) for r in rows]})
 
 
 @router.post("/fields", response_model=FieldEnvelope)
-def create_field(body: CreateFieldIn, caller: CallerDep, engine: EngineDep):
+async def create_field(body: CreateFieldIn, caller: CallerDep, engine: EngineDep):
     """Define a custom field; its `label` (the display name, spaces folded) is the query
     parameter name used to search rewards."""
-    with db.write(engine) as conn:
-        row = service.create(
-            conn, organization_id=caller.organization_id, display_name=body.display_name,
-            data_type=body.data_type, options=body.data.options if body.data else None,
-            required=body.required, description=body.description,
-        )
+    row = await write_db(
+        engine, service.create, organization_id=caller.organization_id, display_name=body.display_name,
+        data_type=body.data_type, options=body.data.options if body.data else None,
+        required=body.required, description=body.description,
+    )
     return json_response({"field": service.to_wire(row)})
