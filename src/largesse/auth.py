@@ -104,10 +104,6 @@ def caller_from(row, credentials: Credentials) -> Caller:
     )
 
 
-def authenticate(conn: Connection, authorization: str | None, *, writes: bool = False) -> Caller:
-    return verify(conn, parse_authorization(authorization, writes=writes))
-
-
 def _lookup(engine, credentials: Credentials) -> Caller:
     with db.read(engine) as conn:
         return verify(conn, credentials)
@@ -126,4 +122,3 @@ async def current_caller(request: Request) -> Caller:
 
 
 CallerDep = Annotated[Caller, Depends(current_caller)]
-CredentialsDep = Annotated[Credentials, Depends(bearer)]

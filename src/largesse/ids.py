@@ -22,7 +22,3 @@ def new_id() -> str:
         n, digit = divmod(n, 36)
         chars.append(ALPHABET[digit])
     return "".join(chars)
-
-
-def looks_like_id(value: str) -> bool:
-    return 4 <= len(value) <= 64 and all(c in ALPHABET for c in value)
