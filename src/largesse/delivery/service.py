@@ -1,10 +1,9 @@
 """Reward actions after the order: resend, cancel, generate a link, expire.
 
 Each money-moving change (cancel, expiry) is one write transaction that (1) moves the
-reward out of ACTIVE with a conditional UPDATE and (2) credits the refund to the balance.
-The conditional UPDATE is what makes a cancel, an expiry and a redemption (which does
-UPDATE ... SET status='REDEEMED' WHERE status='ACTIVE') mutually exclusive: exactly one
-of them changes the row, the others see no row changed. The ledger's unique index on
+reward out of ACTIVE through orders.lifecycle and (2) credits the refund to the balance.
+lifecycle's conditional UPDATEs are what make a cancel, an expiry and a redemption
+mutually exclusive: exactly one of them changes the row, the others see no row changed. The ledger's unique index on
 (reward_id, kind) is the second lock on the door: a refund is credited at most once.
 """
 
@@ -164,11 +163,7 @@ def expire_due(engine: Engine, *, now=None) -> int:
             ).scalars())
         for reward_id in ids:
             with db.write(engine) as conn:
-                row = conn.execute(
-                    update(rewards)
-                    .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE", rewards.c.expires_at <= now)
-                    .values(status="EXPIRED").returning(*rewards.c)
-                ).first()
+                row = lifecycle.expire(conn, reward_id, at=now)
                 if row is None:
                     continue  # redeemed or canceled meanwhile, or another worker expired it
                 refund(conn, row, memo=f"reward {reward_id} expired")

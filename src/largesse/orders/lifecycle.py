@@ -1,15 +1,17 @@
 """A reward's redemption lifecycle: ACTIVE until it is redeemed, canceled or expired, once.
 
-Every way out of ACTIVE goes through `close`, one conditional UPDATE: whatever races (a
-recipient redeeming while the client cancels, two tabs, two workers), exactly one caller sees
-True and goes on to issue the payout or the refund in the same transaction.
+Every way out of ACTIVE is one conditional UPDATE here (`close` for a redemption or a
+cancel, `expire` for the expiry sweep): whatever races (a recipient redeeming while the
+client cancels, two tabs, two workers), exactly one caller changes the row and goes on to
+issue the payout or the refund in the same transaction. A reward past its expires_at is
+already expired for everyone, even before the sweep has run (`status`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, or_, update
+from sqlalchemy import Connection, Row, or_, update
 
 from largesse.orders.models import rewards
 
@@ -24,3 +26,19 @@ def close(conn: Connection, reward_id: str, *, status: str, at: datetime) -> boo
                or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > at))
         .values(status=status, **{_STAMP[status]: at})
     ).rowcount == 1
+
+
+def expire(conn: Connection, reward_id: str, *, at: datetime) -> Row | None:
+    """ACTIVE and past expires_at -> EXPIRED; the reward's row if this call made the change."""
+    return conn.execute(
+        update(rewards)
+        .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE", rewards.c.expires_at <= at)
+        .values(status="EXPIRED").returning(*rewards.c)
+    ).first()
+
+
+def status(reward, *, at: datetime) -> str:
+    """The reward's status as of `at`: an ACTIVE reward past its expiry counts as EXPIRED."""
+    if reward.status == "ACTIVE" and reward.expires_at is not None and reward.expires_at <= at:
+        return "EXPIRED"
+    return reward.status

@@ -81,13 +81,6 @@ def short_description(text: str | None, limit: int = 140) -> str:
     return first if len(first) <= limit else first[:limit - 1].rsplit(" ", 1)[0] + "…"
 
 
-def _effective_status(reward) -> str:
-    """An ACTIVE reward past its expiry is expired even before the expiry job has run."""
-    if reward.status == "ACTIVE" and reward.expires_at is not None and reward.expires_at <= utcnow():
-        return "EXPIRED"
-    return reward.status
-
-
 def why_unavailable(conn: Connection, reward, product, settings: Settings) -> str | None:
     if product is None or not product.active:
         return "No longer offered"
@@ -169,7 +162,7 @@ def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
     email_style = (campaign.email_style if campaign else None) or {}
     meta = reward.delivery_meta or {}
     sender = meta.get("sender_name") or email_style.get("sender_name") or org_name
-    status = _effective_status(reward)
+    status = lifecycle.status(reward, at=utcnow())
     page = Page(
         reward_id=reward.id,
         token_hash=tokens.hash_token(token),
@@ -205,7 +198,7 @@ def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings) -
         won = lifecycle.close(conn, reward_id, status="REDEEMED", at=now)
         reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
         if not won:
-            status = _effective_status(reward)
+            status = lifecycle.status(reward, at=now)
             raise RedemptionError({"REDEEMED": "already_redeemed", "CANCELED": "canceled"}.get(status, "expired"))
         if product_id not in (reward.products or []):
             raise RedemptionError("invalid_choice", "Choose one of the options shown.")
