@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
-from largesse.errors import BadRequest, NotFound, PaymentRequired
+from largesse.errors import BadRequest, NotFound, PaymentRequired, nest
 from largesse.funding.models import funding_sources, ledger_entries
 from largesse.ids import new_id
 from largesse.timeutil import utcnow
@@ -55,7 +55,7 @@ def resolve(conn: Connection, organization_id: str, funding_source_id: str, *, l
     else:
         row = conn.execute(_BY_ID, {"org": organization_id, "id": funding_source_id}).first()
     if row is None:
-        raise NotFound(f"Funding source {funding_source_id} not found", _at(loc, "not found"))
+        raise NotFound(f"Funding source {funding_source_id} not found", nest(loc, "not found"))
     return row
 
 
@@ -63,7 +63,7 @@ def check_balance_reference(balance_id: str | None, funding_source_id: str, *, l
     """resolve() for a caller who already knows the organization's balance ID (one query less)."""
     keyword = _refuse_unsupported(funding_source_id, loc)
     if balance_id is None or (keyword != MAGIC_BALANCE and funding_source_id != balance_id):
-        raise NotFound(f"Funding source {funding_source_id} not found", _at(loc, "not found"))
+        raise NotFound(f"Funding source {funding_source_id} not found", nest(loc, "not found"))
     return balance_id
 
 
@@ -72,18 +72,9 @@ def _refuse_unsupported(funding_source_id: str, loc) -> str:
     if keyword in UNSUPPORTED_METHODS:
         raise BadRequest(
             f"Funding source {funding_source_id} is not available: this service pays only from the balance",
-            _at(loc, "is not available"),
+            nest(loc, "is not available"),
         )
     return keyword
-
-
-def _at(loc, message):
-    payload: dict = {}
-    node = payload
-    for key in loc[:-1]:
-        node = node.setdefault(key, {})
-    node[loc[-1]] = [message]
-    return payload
 
 
 def list_for(conn: Connection, organization_id: str):

@@ -44,7 +44,7 @@ async def create_order(request: Request):
 
 
 @router.get("/orders", response_model=OrderList)
-async def list_orders(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def list_orders(request: Request, caller: CallerDep, engine: EngineDep):
     """Orders, newest first. Query: offset, limit (default 10, max 500), campaign_id, external_id,
     created_at[gte], created_at[lte]."""
     offset = int_param(request, "offset", 0, low=0)
@@ -63,14 +63,14 @@ async def list_orders(request: Request, caller: CallerDep, engine: EngineDep, se
                 conn, caller.organization_id, offset=offset, limit=limit, campaign_id=campaign_id,
                 external_id=external_id, created_gte=gte, created_lte=lte,
             )
-            return repository.orders_to_wire(conn, rows, settings), total
+            return repository.orders_to_wire(conn, rows), total
 
     wire, total = await run_db(engine, load)
     return json_response({"orders": wire, "total_count": total})
 
 
 @router.get("/orders/{order_id}", response_model=OrderEnvelope)
-async def get_order(order_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def get_order(order_id: str, caller: CallerDep, engine: EngineDep):
     """An order by its ID or by its external_id."""
     clean_text(order_id, "id", max_length=200)
 
@@ -79,7 +79,7 @@ async def get_order(order_id: str, caller: CallerDep, engine: EngineDep, setting
             row = repository.get_order(conn, caller.organization_id, order_id)
             if row is None:
                 raise NotFound(f"Order {order_id} not found", {"id": ["not found"]})
-            return repository.orders_to_wire(conn, [row], settings)[0]
+            return repository.orders_to_wire(conn, [row])[0]
 
     return json_response({"order": await run_db(engine, load)})
 

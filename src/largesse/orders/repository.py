@@ -8,7 +8,6 @@ from datetime import datetime
 from sqlalchemy import Connection, and_, exists, func, or_, select
 from sqlalchemy.orm import aliased
 
-from largesse.config import Settings
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.wire import field_value_to_wire, order_to_wire, reward_to_wire
 from largesse.redemption.models import payouts
@@ -45,7 +44,7 @@ def rewards_to_wire(conn: Connection, rows, *, created_format: str = "iso8601") 
                            redeemed_product_id=chosen.get(r.id)) for r in rows]
 
 
-def orders_to_wire(conn: Connection, order_rows, settings: Settings | None = None) -> list[dict]:
+def orders_to_wire(conn: Connection, order_rows) -> list[dict]:
     ids = [o.id for o in order_rows]
     if not ids:
         return []

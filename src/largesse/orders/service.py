@@ -96,7 +96,7 @@ def place_order(engine: Engine, *, settings: Settings, credentials: Credentials,
             caller = auth.caller_from(context, credentials)
             org = caller.organization_id
             if body.external_id is not None:
-                replay = _replay(conn, org, body.external_id, fingerprint, settings)
+                replay = _replay(conn, org, body.external_id, fingerprint)
                 if replay is not None:
                     return replay
             plan = _plan(conn, settings=settings, caller=caller, context=context, body=body,
@@ -107,7 +107,7 @@ def place_order(engine: Engine, *, settings: Settings, credentials: Credentials,
             raise
         # A concurrent request with the same external_id committed first.
         with db.read(engine) as conn:
-            replay = _replay(conn, org, body.external_id, fingerprint, settings)
+            replay = _replay(conn, org, body.external_id, fingerprint)
         if replay is None:
             raise
         return replay
@@ -147,7 +147,7 @@ _INSERT_FIELD_VALUES = reward_field_values.insert()
 _INSERT_JOBS = jobs.insert()
 
 
-def _replay(conn: Connection, org: str, external_id: str, fingerprint: str, settings: Settings):
+def _replay(conn: Connection, org: str, external_id: str, fingerprint: str):
     existing = conn.execute(_BY_EXTERNAL_ID, {"org": org, "external_id": external_id}).first()
     if existing is None:
         return None
@@ -156,7 +156,7 @@ def _replay(conn: Connection, org: str, external_id: str, fingerprint: str, sett
             f"An order with external_id {external_id!r} already exists with different parameters",
             {"external_id": ["has already been used with different parameters"]},
         )
-    return PlacedOrder(repository.orders_to_wire(conn, [existing], settings)[0], replay=True)
+    return PlacedOrder(repository.orders_to_wire(conn, [existing])[0], replay=True)
 
 
 @dataclass
