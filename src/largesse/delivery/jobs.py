@@ -35,13 +35,18 @@ def backoff_seconds(attempts: int, base: float, cap: float) -> float:
     return min(cap, base * (2 ** exponent))
 
 
-def enqueue(conn: Connection, *, kind: str, organization_id: str | None = None, reward_id: str | None = None,
-            run_after=None, max_attempts: int = 8) -> None:
-    now = utcnow()
-    conn.execute(jobs.insert().values(
-        kind=kind, organization_id=organization_id, reward_id=reward_id, payload=None, status=QUEUED,
-        attempts=0, max_attempts=max_attempts, run_after=run_after or now, created_at=now, updated_at=now,
-    ))
+def queued_row(*, kind: str, organization_id: str | None = None, reward_id: str | None = None,
+               payload: dict | None = None, run_after=None, max_attempts: int = 8, now=None) -> dict:
+    """A new job, due at run_after (default now): the one shape every producer inserts."""
+    now = now or utcnow()
+    return {"kind": kind, "organization_id": organization_id, "reward_id": reward_id, "payload": payload,
+            "status": QUEUED, "attempts": 0, "max_attempts": max_attempts, "run_after": run_after or now,
+            "created_at": now, "updated_at": now}
+
+
+def enqueue(conn: Connection, **job) -> None:
+    """Insert one job (queued_row's arguments) in the caller's transaction."""
+    conn.execute(jobs.insert(), queued_row(**job))
 
 
 def ensure_periodic(engine: Engine, kind: str) -> None:

@@ -22,7 +22,7 @@ from largesse.funding import service as funding
 from largesse.orders import lifecycle
 from largesse.orders.models import orders, rewards
 from largesse.orders.service import EMAIL, PHONE
-from largesse.orgs.service import email_key
+from largesse.orgs import service as orgs
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
 from largesse.webhooks import service as webhooks
@@ -96,7 +96,7 @@ def resend_reward(engine: Engine, settings: Settings, *, org: str, reward_id: st
                                 {"updated_phone": ["is not a valid phone number"]})
     with db.write(engine) as conn:
         reward = _reward_or_404(conn, org, reward_id)
-        if updated_email is not None and settings.sandbox and not _is_member(conn, org, updated_email):
+        if updated_email is not None and settings.sandbox and not orgs.member_keys(conn, org, [updated_email]):
             raise Unprocessable("In the sandbox, rewards can only be sent to members of your organization",
                                 {"updated_email": ["is not a member of your organization"]})
         method = reward.delivery_method
@@ -128,14 +128,6 @@ def resend_reward(engine: Engine, settings: Settings, *, org: str, reward_id: st
         if not changed:
             raise Unprocessable(f"Reward {reward_id} changed meanwhile; it cannot be resent", {"id": ["changed"]})
         job_queue.enqueue(conn, kind="deliver_reward", organization_id=org, reward_id=reward_id)
-
-
-def _is_member(conn: Connection, org: str, email: str) -> bool:
-    from largesse.orgs.models import members
-
-    return conn.execute(
-        select(members.c.id).where(members.c.organization_id == org, members.c.email_key == email_key(email))
-    ).first() is not None
 
 
 def generate_link(engine: Engine, settings: Settings, *, org: str, reward_id: str) -> str:

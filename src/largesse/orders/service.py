@@ -25,6 +25,7 @@ from largesse.auth import Caller, Credentials
 from largesse.campaigns import service as campaigns_service
 from largesse.catalog import service as catalog
 from largesse.config import Settings
+from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
 from largesse.errors import ApiError, BadRequest, Conflict, NotFound, payload_from
 from largesse.fields import service as fields_service
@@ -37,8 +38,8 @@ from largesse.orders import pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.schemas import CreateOrderIn, RewardIn
 from largesse.orders.wire import order_to_wire, reward_to_wire
+from largesse.orgs import service as orgs
 from largesse.orgs.models import api_keys as _api_keys
-from largesse.orgs.models import members as _members
 from largesse.orgs.models import organizations as _organizations
 from largesse.orgs.service import email_key
 from largesse.redemption import tokens
@@ -139,8 +140,6 @@ _CONTEXT = (
 )
 _BY_EXTERNAL_ID = select(orders).where(
     orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
-_MEMBER_KEYS = select(_members.c.email_key).where(
-    _members.c.organization_id == bindparam("org"), _members.c.email_key.in_(bindparam("keys", expanding=True)))
 _INSERT_ORDER = orders.insert()
 _INSERT_REWARDS = rewards.insert()
 _INSERT_FIELD_VALUES = reward_field_values.insert()
@@ -190,7 +189,8 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
     catalog_rows = catalog.get_many_cached(conn, product_ids)
     wants_fields = context.has_required_fields or any(r.custom_fields for _, r in reward_inputs)
     org_fields = {f.id: f for f in fields_service.list_for(conn, org)} if wants_fields else {}
-    members = _member_keys(conn, org, reward_inputs) if settings.sandbox else set()
+    members = (orgs.member_keys(conn, org, [r.recipient.email for _, r in reward_inputs if r.recipient.email])
+               if settings.sandbox else set())
 
     now = utcnow()
     today = now.date()
@@ -280,11 +280,8 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
             link_ids.append(reward_id)
         else:
             run_after = datetime.combine(r.deliver_at, datetime.min.time()) if scheduled else now
-            job_rows.append({
-                "kind": "deliver_reward", "organization_id": org, "reward_id": reward_id, "payload": None,
-                "status": "queued", "attempts": 0, "max_attempts": 8, "run_after": run_after,
-                "created_at": now, "updated_at": now,
-            })
+            job_rows.append(job_queue.queued_row(kind="deliver_reward", organization_id=org, reward_id=reward_id,
+                                                 run_after=run_after, now=now))
     errors.raise_any()
 
     order_campaigns = {r.campaign_id for _, r in reward_inputs}
@@ -319,13 +316,6 @@ def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) ->
         if field_row.required and field_row.id not in seen:
             errors.add(loc + ("custom_fields",), f"the required field {field_row.label!r} is missing")
     return values
-
-
-def _member_keys(conn: Connection, org: str, reward_inputs) -> set[str]:
-    keys = {email_key(r.recipient.email) for _, r in reward_inputs if r.recipient.email}
-    if not keys:
-        return set()
-    return set(conn.execute(_MEMBER_KEYS, {"org": org, "keys": list(keys)}).scalars())
 
 
 def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | None, *,

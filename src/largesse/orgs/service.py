@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.exc import IntegrityError
 
 from largesse import auth
@@ -68,6 +68,18 @@ def add_member(conn: Connection, *, organization_id: str, email: str, name: str 
     except IntegrityError:
         raise OrgError(f"{email} is already a member of this organization") from None
     return member_id
+
+
+_MEMBER_KEYS = select(members.c.email_key).where(
+    members.c.organization_id == bindparam("org"), members.c.email_key.in_(bindparam("keys", expanding=True)))
+
+
+def member_keys(conn: Connection, organization_id: str, emails) -> set[str]:
+    """The email_keys among `emails` that belong to members (the sandbox recipient rule)."""
+    keys = {email_key(e) for e in emails}
+    if not keys:
+        return set()
+    return set(conn.execute(_MEMBER_KEYS, {"org": organization_id, "keys": list(keys)}).scalars())
 
 
 def get_org(conn: Connection, organization_id: str):

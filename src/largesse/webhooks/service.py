@@ -16,6 +16,7 @@ import orjson
 from sqlalchemy import Connection, bindparam, delete, select
 
 from largesse import db
+from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
 from largesse.ids import new_id
 from largesse.timeutil import iso, utcnow
@@ -85,12 +86,9 @@ def emit(conn: Connection, organization_id: str, events: list[tuple[str, str]], 
 def job_rows(organization_id: str, events: list[tuple[str, str]]) -> list[dict]:
     """The outbox rows that deliver (event, resource_id) pairs to the organization's webhook."""
     now = utcnow()
-    return [
-        {"kind": "deliver_webhook", "organization_id": organization_id, "reward_id": None,
-         "payload": event_body(event, resource_id, now), "status": "queued", "attempts": 0,
-         "max_attempts": MAX_ATTEMPTS, "run_after": now, "created_at": now, "updated_at": now}
-        for event, resource_id in events
-    ]
+    return [job_queue.queued_row(kind="deliver_webhook", organization_id=organization_id,
+                                 payload=event_body(event, resource_id, now), max_attempts=MAX_ATTEMPTS, now=now)
+            for event, resource_id in events]
 
 
 def event_body(event: str, resource_id: str, at=None) -> dict:
