@@ -6,14 +6,13 @@ Every command works on the database named by LARGESSE_DATABASE_URL (default: SQL
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
 import typer
 
 from largesse import db
-from largesse.config import Settings
+from largesse.cli_common import JsonFlag, OrgOption, emit, fail, load_settings, open_engine, require_org
 
 app = typer.Typer(help="Largesse: a self-hostable reward ordering service.", no_args_is_help=True,
                   add_completion=False)
@@ -28,45 +27,6 @@ for sub, name in ((db_app, "db"), (org_app, "org"), (members_app, "members"), (k
                   (balance_app, "balance"), (products_app, "products"), (ledger_app, "ledger")):
     app.add_typer(sub, name=name)
 
-OrgOption = Annotated[str, typer.Option("--org", help="Organization ID")]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
-
-
-def _settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except ValueError as exc:
-        _fail(str(exc))
-
-
-def _engine(settings: Settings | None = None, *, prepare: bool = True):
-    from largesse.bootstrap import prepare as prepare_db
-
-    settings = settings or _settings()
-    engine = db.make_engine(settings.database_url)
-    if prepare:
-        prepare_db(engine)
-    return engine
-
-
-def _fail(message: str, code: int = 1):
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _print(data: dict, as_json: bool, text: str) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
-
-
-def _require_org(conn, org_id: str):
-    from largesse.orgs import service as orgs
-
-    row = orgs.get_org(conn, org_id)
-    if row is None:
-        _fail(f"no organization {org_id}")
-    return row
-
-
 # --- serve / db -----------------------------------------------------------------------------
 
 @app.command()
@@ -78,8 +38,8 @@ def serve(
     """Migrate the database, then serve the API, the redemption pages and the docs."""
     import uvicorn
 
-    settings = _settings()
-    _engine(settings).dispose()
+    settings = load_settings()
+    open_engine(settings).dispose()
     typer.echo(f"Largesse ({settings.environment}) on http://{host}:{port}  database: {settings.database_url}")
     uvicorn.run("largesse.app:create_app", factory=True, host=host, port=port, workers=workers,
                 log_level="info", access_log=False, proxy_headers=True)
@@ -88,7 +48,7 @@ def serve(
 @db_app.command("upgrade")
 def db_upgrade():
     """Apply every pending migration (a new database gets the whole schema and the catalog)."""
-    _engine().dispose()
+    open_engine().dispose()
     typer.echo("database is up to date")
 
 
@@ -105,21 +65,21 @@ def org_create(
     """Create an organization, its first member, its balance and an API key (shown once)."""
     from largesse.orgs import service as orgs
 
-    settings = _settings()
-    engine = _engine(settings)
+    settings = load_settings()
+    engine = open_engine(settings)
     try:
         with db.write(engine) as conn:
             created = orgs.create_org(conn, name=name, member_email=member_email, member_name=member_name,
                                       sandbox=settings.sandbox, currency_code=currency.upper())
     except orgs.OrgError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     data = {
         "organization_id": created.organization_id, "name": name, "environment": settings.environment,
         "member_id": created.member_id, "member_email": member_email,
         "funding_source_id": created.funding_source_id, "available_cents": created.available_cents,
         "api_key_id": created.api_key_id, "api_key": created.api_key,
     }
-    _print(data, as_json, "\n".join([
+    emit(data, as_json, "\n".join([
         f"organization   {created.organization_id}  {name} ({settings.environment})",
         f"member         {created.member_id}  {member_email}",
         f"balance        {created.funding_source_id}  {created.available_cents / 100:.2f} {currency.upper()}",
@@ -133,10 +93,10 @@ def org_list(as_json: JsonFlag = False):
     """List organizations."""
     from largesse.orgs import service as orgs
 
-    with db.read(_engine()) as conn:
+    with db.read(open_engine()) as conn:
         rows = orgs.list_orgs(conn)
     data = {"organizations": [{"id": r.id, "name": r.name, "currency_code": r.currency_code} for r in rows]}
-    _print(data, as_json, "\n".join(f"{r.id}  {r.name}" for r in rows) or "no organizations")
+    emit(data, as_json, "\n".join(f"{r.id}  {r.name}" for r in rows) or "no organizations")
 
 
 @org_app.command("fees")
@@ -150,11 +110,11 @@ def org_fees(org: OrgOption,
     try:
         flat_cents = to_cents(flat)
     except MoneyError as exc:
-        _fail(f"--flat {exc}")
+        fail(f"--flat {exc}")
     if percent_bp < 0 or flat_cents < 0:
-        _fail("fees cannot be negative")
-    with db.write(_engine()) as conn:
-        _require_org(conn, org)
+        fail("fees cannot be negative")
+    with db.write(open_engine()) as conn:
+        require_org(conn, org)
         conn.execute(organizations.update().where(organizations.c.id == org)
                      .values(fee_basis_points=percent_bp, fee_flat_cents=flat_cents))
     typer.echo(f"fees of {org}: {percent_bp / 100:.2f}% + {flat_cents / 100:.2f} per reward")
@@ -167,23 +127,23 @@ def members_add(org: OrgOption, email: Annotated[str, typer.Option("--email")],
     from largesse.orgs import service as orgs
 
     try:
-        with db.write(_engine()) as conn:
-            _require_org(conn, org)
+        with db.write(open_engine()) as conn:
+            require_org(conn, org)
             member_id = orgs.add_member(conn, organization_id=org, email=email, name=name)
     except orgs.OrgError as exc:
-        _fail(str(exc))
-    _print({"member_id": member_id, "email": email}, as_json, f"member {member_id}  {email}")
+        fail(str(exc))
+    emit({"member_id": member_id, "email": email}, as_json, f"member {member_id}  {email}")
 
 
 @members_app.command("list")
 def members_list(org: OrgOption, as_json: JsonFlag = False):
     from largesse.orgs import service as orgs
 
-    with db.read(_engine()) as conn:
-        _require_org(conn, org)
+    with db.read(open_engine()) as conn:
+        require_org(conn, org)
         rows = orgs.list_members(conn, org)
     data = {"members": [{"id": r.id, "email": r.email, "name": r.name} for r in rows]}
-    _print(data, as_json, "\n".join(f"{r.id}  {r.email}  {r.name or ''}" for r in rows))
+    emit(data, as_json, "\n".join(f"{r.id}  {r.email}  {r.name or ''}" for r in rows))
 
 
 @keys_app.command("create")
@@ -195,13 +155,13 @@ def keys_create(org: OrgOption,
     from largesse import auth
 
     if permission not in auth.PERMISSIONS:
-        _fail(f"--permission must be one of {', '.join(auth.PERMISSIONS)}")
-    settings = _settings()
-    with db.write(_engine(settings)) as conn:
-        _require_org(conn, org)
+        fail(f"--permission must be one of {', '.join(auth.PERMISSIONS)}")
+    settings = load_settings()
+    with db.write(open_engine(settings)) as conn:
+        require_org(conn, org)
         key_id, key = auth.issue_key(conn, organization_id=org, sandbox=settings.sandbox, permission=permission,
                                      label=label)
-    _print({"api_key_id": key_id, "api_key": key, "permission": permission}, as_json,
+    emit({"api_key_id": key_id, "api_key": key, "permission": permission}, as_json,
            f"api key {key_id} ({permission})\n{key}\n(shown once: it is stored only as a hash)")
 
 
@@ -210,9 +170,9 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's ID (from `
     """Revoke a key at once."""
     from largesse.orgs import service as orgs
 
-    with db.write(_engine()) as conn:
+    with db.write(open_engine()) as conn:
         if not orgs.revoke_key(conn, key_id):
-            _fail(f"no active key {key_id}")
+            fail(f"no active key {key_id}")
     typer.echo(f"revoked {key_id}")
 
 
@@ -221,12 +181,12 @@ def keys_list(org: OrgOption, as_json: JsonFlag = False):
     """List an organization's keys (prefix only: keys themselves are not stored)."""
     from largesse.orgs import service as orgs
 
-    with db.read(_engine()) as conn:
-        _require_org(conn, org)
+    with db.read(open_engine()) as conn:
+        require_org(conn, org)
         rows = orgs.list_keys(conn, org)
     data = {"api_keys": [{"id": r.id, "prefix": r.prefix, "permission": r.permission, "label": r.label,
                           "created_at": str(r.created_at), "revoked": r.revoked_at is not None} for r in rows]}
-    _print(data, as_json, "\n".join(
+    emit(data, as_json, "\n".join(
         f"{r.id}  {r.prefix}…  {r.permission:<10}  {'revoked' if r.revoked_at else 'active '}  {r.label or ''}"
         for r in rows))
 
@@ -244,15 +204,15 @@ def balance_fund(org: OrgOption, amount: Annotated[str, typer.Option(help="Amoun
     try:
         cents = to_cents(amount)
     except MoneyError as exc:
-        _fail(f"--amount {exc}")
+        fail(f"--amount {exc}")
     if cents <= 0:
-        _fail("--amount must be positive")
-    with db.write(_engine()) as conn:
-        _require_org(conn, org)
+        fail("--amount must be positive")
+    with db.write(open_engine()) as conn:
+        require_org(conn, org)
         source = funding.resolve(conn, org, "BALANCE")
         after = funding.credit(conn, funding_source_id=source.id, organization_id=org, amount_cents=cents,
                                kind="funding", memo=memo)
-    _print({"funding_source_id": source.id, "credited_cents": cents, "available_cents": after}, as_json,
+    emit({"funding_source_id": source.id, "credited_cents": cents, "available_cents": after}, as_json,
            f"credited {to_wire(cents)} {source.currency_code}; balance {after / 100:.2f} {source.currency_code}")
 
 
@@ -265,8 +225,8 @@ def balance_show(org: OrgOption, entries: Annotated[int, typer.Option(help="Ledg
     from largesse.funding import service as funding
     from largesse.funding.models import ledger_entries
 
-    with db.read(_engine()) as conn:
-        _require_org(conn, org)
+    with db.read(open_engine()) as conn:
+        require_org(conn, org)
         source = funding.resolve(conn, org, "BALANCE")
         rows = conn.execute(
             select(ledger_entries).where(ledger_entries.c.funding_source_id == source.id)
@@ -283,7 +243,7 @@ def balance_show(org: OrgOption, entries: Annotated[int, typer.Option(help="Ledg
              f"  pending {source.pending_cents / 100:.2f}"]
     lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {r.amount_cents / 100:>12.2f}"
               f"  -> {r.balance_after_cents / 100:.2f}  {r.memo or r.order_id or ''}" for r in rows]
-    _print(data, as_json, "\n".join(lines))
+    emit(data, as_json, "\n".join(lines))
 
 
 @ledger_app.command("verify")
@@ -291,10 +251,10 @@ def ledger_verify(as_json: JsonFlag = False):
     """Prove every balance equals the sum of its ledger and every order's debit its total."""
     from largesse.funding import service as funding
 
-    with db.read(_engine()) as conn:
+    with db.read(open_engine()) as conn:
         problems = funding.verify(conn)
     data = {"ok": not problems, "problems": [p.__dict__ for p in problems]}
-    _print(data, as_json, "ledger OK: every balance equals its entries, every order its debit" if not problems
+    emit(data, as_json, "ledger OK: every balance equals its entries, every order its debit" if not problems
            else "\n".join(f"MISMATCH {p.what} {p.id}: expected {p.expected}, found {p.actual}" for p in problems))
     if problems:
         raise typer.Exit(1)
@@ -307,12 +267,12 @@ def products_list(as_json: JsonFlag = False):
     """List the active catalog."""
     from largesse.catalog import service as catalog
 
-    settings = _settings()
-    with db.read(_engine(settings)) as conn:
+    settings = load_settings()
+    with db.read(open_engine(settings)) as conn:
         rows = catalog.list_active(conn)
     data = {"products": [catalog.to_wire_product(r, settings.public_url) | {"fulfillment": r.fulfillment}
                          for r in rows]}
-    _print(data, as_json, "\n".join(
+    emit(data, as_json, "\n".join(
         f"{r.id}  {r.category:<14} {','.join(r.currency_codes):<12} {r.fulfillment or '-':<9}  {r.name}"
         for r in rows))
 
@@ -325,8 +285,8 @@ def products_import(path: Annotated[str, typer.Argument(help='JSON file {"produc
     try:
         rows = catalog.load_file(path)
     except (OSError, ValueError) as exc:
-        _fail(f"{path}: {exc}")
-    with db.write(_engine()) as conn:
+        fail(f"{path}: {exc}")
+    with db.write(open_engine()) as conn:
         created, updated = catalog.import_rows(conn, rows)
     typer.echo(f"imported {path}: {created} created, {updated} updated")
 

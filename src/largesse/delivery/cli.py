@@ -10,14 +10,9 @@ from typing import Annotated
 import typer
 
 from largesse import db
+from largesse.cli_common import fail, load_settings, open_engine, require_org
 
 jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", no_args_is_help=True)
-
-
-def _cli():
-    from largesse import cli
-
-    return cli
 
 
 def worker(
@@ -31,9 +26,8 @@ def worker(
     from largesse.delivery.worker import Worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cli = _cli()
-    settings = cli._settings()
-    engine = cli._engine(settings)
+    settings = load_settings()
+    engine = open_engine(settings)
     w = Worker(engine, settings, concurrency=concurrency)
     if once:
         count = w.drain()
@@ -57,10 +51,9 @@ def jobs_list(
     """List jobs, newest first, with a count per status."""
     from largesse.delivery import jobs as job_queue
 
-    cli = _cli()
     if status is not None and status not in job_queue.STATUSES:
-        cli._fail(f"--status must be one of {', '.join(job_queue.STATUSES)}")
-    with db.read(cli._engine()) as conn:
+        fail(f"--status must be one of {', '.join(job_queue.STATUSES)}")
+    with db.read(open_engine()) as conn:
         rows = job_queue.list_jobs(conn, status=status, kind=kind, limit=limit)
         counts = job_queue.counts(conn)
     data = {"counts": counts, "jobs": [
@@ -89,18 +82,17 @@ def jobs_retry(
     from largesse.delivery.models import jobs
     from largesse.orders.models import rewards
 
-    cli = _cli()
     if (job_id is None) == (not all_dead):
-        cli._fail("give a JOB_ID or --all-dead")
-    with db.write(cli._engine()) as conn:
+        fail("give a JOB_ID or --all-dead")
+    with db.write(open_engine()) as conn:
         if all_dead:
             ids = list(conn.execute(select(jobs.c.id).where(jobs.c.status == job_queue.DEAD)).scalars())
         else:
             row = job_queue.get(conn, job_id)
             if row is None:
-                cli._fail(f"no job {job_id}")
+                fail(f"no job {job_id}")
             if row.status != job_queue.DEAD:
-                cli._fail(f"job {job_id} is {row.status}; only dead jobs are retried")
+                fail(f"job {job_id} is {row.status}; only dead jobs are retried")
             ids = [job_id]
         reward_ids = list(conn.execute(
             select(jobs.c.reward_id).where(jobs.c.id.in_(ids), jobs.c.kind == "deliver_reward",
@@ -125,15 +117,14 @@ def org_settings(
     """Set an organization's (or one campaign's) reward expiry; applies to new rewards."""
     from largesse.delivery import service
 
-    cli = _cli()
     if (reward_expiry_days is None) == (not no_expiry):
-        cli._fail("give --reward-expiry-days N or --no-reward-expiry")
+        fail("give --reward-expiry-days N or --no-reward-expiry")
     if reward_expiry_days is not None and not 1 <= reward_expiry_days <= 3650:
-        cli._fail("--reward-expiry-days must be between 1 and 3650")
-    with db.write(cli._engine()) as conn:
-        cli._require_org(conn, org)
+        fail("--reward-expiry-days must be between 1 and 3650")
+    with db.write(open_engine()) as conn:
+        require_org(conn, org)
         if not service.set_expiry_days(conn, org=org, days=reward_expiry_days, campaign_id=campaign):
-            cli._fail(f"no campaign {campaign} in {org}")
+            fail(f"no campaign {campaign} in {org}")
     where = f"campaign {campaign}" if campaign else f"organization {org}"
     typer.echo(f"reward expiry of {where}: "
                f"{f'{reward_expiry_days} days' if reward_expiry_days else 'default'} (new rewards)")

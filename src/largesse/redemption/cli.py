@@ -18,18 +18,18 @@ def inventory_import(
 ):
     """Load codes; codes already loaded for the product (or repeated) are skipped and counted."""
     from largesse import db
-    from largesse.cli import _engine, _fail
+    from largesse.cli_common import fail, open_engine
     from largesse.redemption import inventory
 
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"{path}: {exc}")
+        fail(f"{path}: {exc}")
     try:
-        with db.write(_engine()) as conn:
+        with db.write(open_engine()) as conn:
             imported, skipped, fulfillment = inventory.import_codes(conn, product_id, text)
     except inventory.InventoryError as exc:
-        _fail(f"{path}: {exc}")
+        fail(f"{path}: {exc}")
     typer.echo(f"imported {imported} codes for {product_id}, skipped {skipped} duplicates")
     if fulfillment != "inventory":
         typer.echo(f"note: {product_id} is fulfilled by {fulfillment or 'nothing'}, not inventory; set "
@@ -41,10 +41,10 @@ def inventory_import(
 def inventory_status(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False):
     """Codes loaded, issued and available per product."""
     from largesse import db
-    from largesse.cli import _engine
+    from largesse.cli_common import open_engine
     from largesse.redemption import inventory
 
-    with db.read(_engine()) as conn:
+    with db.read(open_engine()) as conn:
         rows = inventory.stock(conn)
     if as_json:
         typer.echo(json.dumps({"products": rows}, indent=2))
