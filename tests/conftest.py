@@ -114,6 +114,7 @@ def base_settings(database_url, tmp_path_factory) -> Settings:
     return Settings(
         database_url=database_url, environment="sandbox", reward_list_timestamps="iso8601",
         mail_dir=str(tmp_path_factory.mktemp("mail")), run_worker=False,
+        webhook_allow_private=True,  # tests' webhook receivers listen on loopback
     )
 
 

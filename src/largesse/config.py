@@ -43,10 +43,18 @@ class Settings:
     smtp_timeout_seconds: float = 30.0
     reward_expiry_days: int | None = None
     secret_key: str | None = None
+    # Outgoing webhooks (docs/webhooks.md): overall deadline of one POST; private targets.
+    webhook_timeout_seconds: float = 10.0
+    webhook_allow_private: bool = False
 
     @property
     def sandbox(self) -> bool:
         return self.environment == "sandbox"
+
+    @property
+    def secret_keys(self) -> list[str]:
+        """LARGESSE_SECRET_KEY as a list: comma-separated keys, the first one current (rotation)."""
+        return [k.strip() for k in (self.secret_key or "").split(",") if k.strip()]
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -83,4 +91,6 @@ class Settings:
             smtp_timeout_seconds=float(get("SMTP_TIMEOUT_SECONDS", "30")),
             reward_expiry_days=int(expiry) if expiry else None,
             secret_key=get("SECRET_KEY"),
+            webhook_timeout_seconds=float(get("WEBHOOK_TIMEOUT_SECONDS", "10")),
+            webhook_allow_private=get("WEBHOOK_ALLOW_PRIVATE", "0").lower() in ("1", "true", "yes"),
         )

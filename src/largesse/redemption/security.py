@@ -34,8 +34,8 @@ SECRET_NAME = "csrf_key"
 
 def load_csrf_key(engine: Engine, settings: Settings) -> bytes:
     """The process-independent CSRF key (see the module docstring)."""
-    if settings.secret_key:
-        return hmac.new(settings.secret_key.encode(), b"largesse redemption csrf", hashlib.sha256).digest()
+    if settings.secret_keys:  # the current (first) of LARGESSE_SECRET_KEY's comma-separated keys
+        return hmac.new(settings.secret_keys[0].encode(), b"largesse redemption csrf", hashlib.sha256).digest()
     with db.write(engine) as conn:
         insert = sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
         conn.execute(
