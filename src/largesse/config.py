@@ -46,6 +46,11 @@ class Settings:
     # Outgoing webhooks (docs/webhooks.md): overall deadline of one POST; private targets.
     webhook_timeout_seconds: float = 10.0
     webhook_allow_private: bool = False
+    # API requests per minute per key and per organization, shared by all processes (0: off).
+    # ratelimit.py: counted in memory, synced with the database every api_rate_limit_sync_seconds.
+    api_rate_limit_per_key: int = 60_000
+    api_rate_limit_per_org: int = 120_000
+    api_rate_limit_sync_seconds: float = 1.0
 
     @property
     def sandbox(self) -> bool:
@@ -93,4 +98,7 @@ class Settings:
             secret_key=get("SECRET_KEY"),
             webhook_timeout_seconds=float(get("WEBHOOK_TIMEOUT_SECONDS", "10")),
             webhook_allow_private=get("WEBHOOK_ALLOW_PRIVATE", "0").lower() in ("1", "true", "yes"),
+            api_rate_limit_per_key=int(get("API_RATE_LIMIT_PER_KEY", "60000")),
+            api_rate_limit_per_org=int(get("API_RATE_LIMIT_PER_ORG", "120000")),
+            api_rate_limit_sync_seconds=float(get("API_RATE_LIMIT_SYNC_SECONDS", "1")),
         )
