@@ -182,7 +182,10 @@ def _post(request: Request, token: str, body: bytes) -> Response:
 def _guarded(handler, request: Request, token: str, *args) -> Response:
     try:
         return handler(request, token, *args)
-    except Exception:
+    except Exception as exc:
+        if db.is_unavailable(exc):  # the database is away (docs/operations.md): 503, retry later
+            log.warning("redemption page: database unavailable (%s, %s)", request.method, type(exc).__name__)
+            return _message(503, 500, headers={"Retry-After": "2"})
         # The app-wide handler would log the path, which holds the token: log without it.
         log.exception("redemption page failed (%s)", request.method)
         return _message(500)
