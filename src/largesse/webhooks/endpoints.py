@@ -1,19 +1,17 @@
-"""/webhooks: the organization's endpoint, its event names, and simulated deliveries."""
+"""/webhooks: the organization's endpoint, its event names, simulated deliveries, the delivery log."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import field_validator
 from starlette.responses import PlainTextResponse, Response
 
 from largesse import db
-from largesse.auth import CallerDep
-from largesse.errors import Unprocessable
+from largesse.auth import Caller, CallerDep
+from largesse.errors import BadRequest, Conflict, Unprocessable
 from largesse.schemas import Out, Text, Wire
-from largesse.web import EngineDep, clean_text, json_response
-from largesse.webhooks import service
+from largesse.web import EngineDep, SettingsDep, clean_text, int_param, json_response
+from largesse.webhooks import addresses, crypto, deliveries, service
 
 router = APIRouter(tags=["webhooks"])
 
@@ -24,9 +22,7 @@ class CreateWebhookIn(Wire):
     @field_validator("url")
     @classmethod
     def http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http(s) URL")
+        addresses.parse(value)  # well-formed http(s) URL; UnsafeURL is a ValueError
         return value
 
 
@@ -37,36 +33,56 @@ class SimulateIn(Wire):
 class WebhookOut(Out):
     id: str
     url: str
-    private_key: str
+    private_key: str | None = None
+    signing_secret: str | None = None
 
 
 class WebhookEnvelope(Out):
     webhook: WebhookOut
 
 
+def _wire(engine, settings, caller: Caller, row) -> dict:
+    """The webhook as this caller may see it: read-only keys never see the signing key."""
+    if caller.permission == "read_only":
+        return service.to_wire(row, None)
+    try:
+        return service.to_wire(row, service.signing_key(engine, settings, row))
+    except crypto.KeyUnavailable as exc:
+        raise Conflict(f"{exc}; check LARGESSE_SECRET_KEY", {"private_key": ["cannot be decrypted"]}) from None
+
+
+def _guard(url: str, settings, payload_key: str = "url", status=BadRequest) -> None:
+    try:
+        addresses.check_for_create(url, settings.webhook_allow_private)
+    except addresses.UnsafeURL as exc:
+        raise status(f"Invalid request: url {exc}", {payload_key: [str(exc)]}) from None
+
+
 @router.post("/webhooks", response_model=WebhookEnvelope)
-def create_webhook(body: CreateWebhookIn, caller: CallerDep, engine: EngineDep):
+def create_webhook(body: CreateWebhookIn, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     """Create the organization's webhook, or replace its URL (one webhook per organization).
-    Deliveries are signed: `Tremendous-Webhook-Signature: sha256=<HMAC-SHA256 of the body, keyed
-    with private_key>`."""
+    URLs that reach loopback, private, link-local or other internal addresses are refused (400)
+    unless LARGESSE_WEBHOOK_ALLOW_PRIVATE is set. Deliveries are signed twice, see docs/webhooks.md."""
+    _guard(body.url, settings)
+    box = crypto.keybox(settings)
     with db.write(engine) as conn:
-        row = service.upsert(conn, caller.organization_id, body.url)
-    return json_response({"webhook": service.to_wire(row)})
+        row = service.upsert(conn, caller.organization_id, body.url, box)
+    return json_response({"webhook": _wire(engine, settings, caller, row)})
 
 
 @router.get("/webhooks")
-def list_webhooks(caller: CallerDep, engine: EngineDep):
+def list_webhooks(caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     with db.read(engine) as conn:
         row = service.for_org(conn, caller.organization_id)
-    return json_response({"webhooks": [service.to_wire(row)] if row else []})
+    return json_response({"webhooks": [_wire(engine, settings, caller, row)] if row else []})
 
 
 @router.get("/webhooks/{webhook_id}", response_model=WebhookEnvelope)
-def get_webhook(webhook_id: str, caller: CallerDep, engine: EngineDep):
+def get_webhook(webhook_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     clean_text(webhook_id, "id", max_length=200)
     with db.read(engine) as conn:
         row = service.get_or_404(conn, caller.organization_id, webhook_id)
-    return json_response({"webhook": service.to_wire(row)})
+    return json_response({"webhook": _wire(engine, settings, caller, row)})
 
 
 @router.delete("/webhooks/{webhook_id}", status_code=204)
@@ -87,13 +103,67 @@ def list_webhook_events(webhook_id: str, caller: CallerDep, engine: EngineDep):
 
 
 @router.post("/webhooks/{webhook_id}/simulate")
-def simulate_webhook(webhook_id: str, body: SimulateIn, caller: CallerDep, engine: EngineDep):
-    """Queue a delivery of a sample event (its resource id is a placeholder) to the webhook."""
+def simulate_webhook(webhook_id: str, body: SimulateIn, caller: CallerDep, engine: EngineDep,
+                     settings: SettingsDep):
+    """Queue a delivery of a sample event (its resource id is a placeholder) to the webhook.
+    422 when the webhook's URL is one the address guard refuses."""
     clean_text(webhook_id, "id", max_length=200)
     if body.event not in service.EVENTS:
         raise Unprocessable(f"Unknown event {body.event}; see GET /webhooks/{{id}}/events",
                             {"event": ["is not an event this service sends"]})
+    with db.read(engine) as conn:
+        hook = service.get_or_404(conn, caller.organization_id, webhook_id)
+    _guard(hook.url, settings, status=Unprocessable)
     with db.write(engine) as conn:
         service.get_or_404(conn, caller.organization_id, webhook_id)
         service.emit(conn, caller.organization_id, [(body.event, "SIMULATED000000")])
     return PlainTextResponse("OK")
+
+
+@router.get("/webhooks/{webhook_id}/deliveries")
+def list_deliveries(webhook_id: str, request: Request, caller: CallerDep, engine: EngineDep):
+    """The webhook's delivery attempts, newest first: `offset`, `limit` (default 50, max 500),
+    optional `status` (SUCCEEDED/FAILED) and `event_uuid` filters, and `total_count`."""
+    clean_text(webhook_id, "id", max_length=200)
+    offset = int_param(request, "offset", 0, low=0)
+    limit = int_param(request, "limit", 50, low=1, high=500)
+    status = request.query_params.get("status") or None
+    if status is not None and status not in (deliveries.SUCCEEDED, deliveries.FAILED):
+        raise BadRequest("status must be SUCCEEDED or FAILED", {"status": ["must be SUCCEEDED or FAILED"]})
+    event_uuid = request.query_params.get("event_uuid") or None
+    if event_uuid is not None:
+        clean_text(event_uuid, "event_uuid", max_length=64)
+    with db.read(engine) as conn:
+        service.get_or_404(conn, caller.organization_id, webhook_id)
+        rows, total = deliveries.page(conn, webhook_id, limit=limit, offset=offset, status=status,
+                                      event_uuid=event_uuid)
+    return json_response({"deliveries": [deliveries.to_wire(r) for r in rows], "total_count": total})
+
+
+@router.get("/webhooks/{webhook_id}/deliveries/{delivery_id}")
+def get_delivery(webhook_id: str, delivery_id: str, caller: CallerDep, engine: EngineDep):
+    clean_text(webhook_id, "id", max_length=200)
+    clean_text(delivery_id, "delivery_id", max_length=200)
+    with db.read(engine) as conn:
+        service.get_or_404(conn, caller.organization_id, webhook_id)
+        row = deliveries.get_or_404(conn, caller.organization_id, webhook_id, delivery_id)
+    return json_response({"delivery": deliveries.to_wire(row)})
+
+
+@router.post("/webhooks/{webhook_id}/deliveries/{delivery_id}/resend")
+def resend_delivery(webhook_id: str, delivery_id: str, caller: CallerDep, engine: EngineDep,
+                    settings: SettingsDep):
+    """Queue the event of a failed delivery again (same body and uuid). 422 when the event was
+    delivered or the webhook's URL is refused by the address guard; 409 while the event is
+    still queued for a retry."""
+    clean_text(webhook_id, "id", max_length=200)
+    clean_text(delivery_id, "delivery_id", max_length=200)
+    with db.read(engine) as conn:
+        hook = service.get_or_404(conn, caller.organization_id, webhook_id)
+        deliveries.get_or_404(conn, caller.organization_id, webhook_id, delivery_id)
+    _guard(hook.url, settings, status=Unprocessable)
+    with db.write(engine) as conn:
+        service.get_or_404(conn, caller.organization_id, webhook_id)
+        queued = deliveries.resend(conn, caller.organization_id, webhook_id, delivery_id,
+                                   max_attempts=service.MAX_ATTEMPTS)
+    return json_response({"status": "QUEUED", **queued})

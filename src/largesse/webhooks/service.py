@@ -7,20 +7,20 @@ Deliveries are at-least-once: receivers dedupe on the body's `uuid` (API.md §8)
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 import uuid
 
 import orjson
-from sqlalchemy import Connection, bindparam, delete, select
+from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
 from largesse import db
+from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
 from largesse.ids import new_id
 from largesse.timeutil import iso, utcnow
-from largesse.webhooks.models import webhooks
+from largesse.webhooks import crypto, signatures
+from largesse.webhooks.models import webhook_deliveries, webhooks
 
 # The events Largesse emits (a subset of API.md §8's list; the others have no counterpart here).
 EVENTS = (
@@ -30,7 +30,7 @@ EVENTS = (
     "REWARDS.CANCELED",
 )
 RESOURCE_TYPES = {"ORDERS": "orders", "REWARDS": "rewards"}
-SIGNATURE_HEADER = "Tremendous-Webhook-Signature"
+SIGNATURE_HEADER = signatures.SIGNATURE_HEADER
 MAX_ATTEMPTS = 10
 
 _FOR_ORG = select(webhooks.c.id).where(webhooks.c.organization_id == bindparam("org"))
@@ -45,14 +45,15 @@ def get_or_404(conn: Connection, organization_id: str, webhook_id: str):
     return db.owned_or_404(conn, webhooks, organization_id, webhook_id, "Webhook")
 
 
-def upsert(conn: Connection, organization_id: str, url: str):
-    """Create the organization's webhook, or point the existing one at a new URL (same key)."""
+def upsert(conn: Connection, organization_id: str, url: str, box: crypto.KeyBox):
+    """Create the organization's webhook, or point the existing one at a new URL (same key).
+    A new signing key is stored only encrypted (webhooks/crypto.py)."""
     now = utcnow()
     current = for_org(conn, organization_id)
     if current is None:
         conn.execute(webhooks.insert().values(
-            id=new_id(), organization_id=organization_id, url=url, private_key=secrets.token_hex(32),
-            created_at=now, updated_at=now,
+            id=new_id(), organization_id=organization_id, url=url, private_key=None,
+            private_key_encrypted=box.encrypt(secrets.token_hex(32)), created_at=now, updated_at=now,
         ))
     else:
         conn.execute(webhooks.update().where(webhooks.c.id == current.id).values(url=url, updated_at=now))
@@ -61,11 +62,42 @@ def upsert(conn: Connection, organization_id: str, url: str):
 
 def remove(conn: Connection, organization_id: str, webhook_id: str) -> None:
     get_or_404(conn, organization_id, webhook_id)
+    conn.execute(delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == webhook_id))
     conn.execute(delete(webhooks).where(webhooks.c.id == webhook_id))
 
 
-def to_wire(row) -> dict:
-    return {"id": row.id, "url": row.url, "private_key": row.private_key}
+def signing_key(engine: Engine, settings: Settings, row) -> str:
+    """The webhook's signing key in plaintext; crypto.KeyUnavailable when it cannot be opened.
+
+    A key opened by an older secret (rotation), or still in plaintext (written by a process
+    older than migration 0006), is re-encrypted under the current secret on the way.
+    """
+    box = crypto.keybox(settings)
+    if row.private_key_encrypted is None:
+        if not row.private_key:
+            raise crypto.KeyUnavailable("the webhook has no signing key")
+        plain, stale = row.private_key, True
+    else:
+        plain, stale = box.decrypt(row.private_key_encrypted)
+    if stale:
+        with db.write(engine) as conn:
+            conn.execute(update(webhooks).where(
+                webhooks.c.id == row.id,
+                webhooks.c.private_key_encrypted.is_(None) if row.private_key_encrypted is None
+                else webhooks.c.private_key_encrypted == row.private_key_encrypted,
+            ).values(private_key_encrypted=box.encrypt(plain), private_key=None))
+    return plain
+
+
+def to_wire(row, private_key: str | None) -> dict:
+    """The Webhook object. private_key (and its Standard Webhooks form, signing_secret) only
+    for callers allowed to see it: omitted for read-only API keys (the client's Webhook model
+    has private_key optional)."""
+    wire = {"id": row.id, "url": row.url}
+    if private_key is not None:
+        wire["private_key"] = private_key
+        wire["signing_secret"] = signatures.standard_secret(private_key)
+    return wire
 
 
 def emit(conn: Connection, organization_id: str, events: list[tuple[str, str]], *,
@@ -107,4 +139,4 @@ def encode(body: dict) -> bytes:
 
 
 def sign(private_key: str, raw_body: bytes) -> str:
-    return "sha256=" + hmac.new(private_key.encode(), raw_body, hashlib.sha256).hexdigest()
+    return signatures.tremendous_signature(private_key, raw_body)
