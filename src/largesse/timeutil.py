@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, date, datetime
+
+# The one seam of the fault simulation (simulation/, docs/simulation.md): when set, utcnow()
+# reads this virtual clock instead of the system's, so expiry, retry backoff and leases follow
+# the simulation's seeded time. None in every real process; nothing but the simulation sets it.
+_clock: Callable[[], datetime] | None = None
+
+
+def set_clock(clock: Callable[[], datetime] | None) -> None:
+    """Make utcnow() return clock() (naive UTC, millisecond precision); None restores real time."""
+    global _clock
+    _clock = clock
 
 
 def utcnow() -> datetime:
+    if _clock is not None:
+        return _clock()
     now = datetime.now(UTC).replace(tzinfo=None)
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
