@@ -1,37 +1,104 @@
 """Money is integer minor units (cents) inside and decimal numbers on the wire.
 
-Parsing goes through Decimal built from the number's shortest text form, so 19.99
-becomes exactly 1999 cents; no float arithmetic ever touches an amount.
+Every amount that enters Largesse goes through `to_cents` (a number: int or Decimal) or
+`parse_amount_text` (an operator's text) and never through a float: `10.999999999999999999`
+is refused, not charged as 11.00. JSON bodies are read exactly by `loads_exact`, which keeps
+each number's text as a Decimal; `ExactJsonModel` uses it for request models with amounts.
+
+Storage is always hundredths of the currency unit (cents, even for a 0-decimal currency like
+JPY, where an amount is then a multiple of 100); a currency's decimals only limit what may be
+written.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+import json
+import re
+from decimal import ROUND_DOWN, Decimal
+from typing import Annotated, Any
+
+from pydantic import BaseModel, PlainSerializer, PlainValidator, ValidationError, ValidationInfo, WithJsonSchema
 
 MAX_CENTS = 10**13  # 100 billion units: far above any reward, far below 64-bit overflow
+MAX_DIGITS_BEFORE_POINT = 11  # 10**11 units == MAX_CENTS; checked before any arithmetic
+
+# ISO 4217 currencies without minor units; every other currency is written with at most 2
+# decimals (3-decimal currencies such as KWD cannot be stored in hundredths, so they get 2).
+ZERO_DECIMAL_CURRENCIES = frozenset({
+    "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "UYI", "VND", "VUV",
+    "XAF", "XOF", "XPF",
+})
 
 
 class MoneyError(ValueError):
     pass
 
 
-def to_cents(value: int | float | str | Decimal) -> int:
-    """Parse a wire amount into cents; refuse more than two decimals and non-finite values."""
+def decimals_for(currency_code: str | None) -> int:
+    """How many decimals an amount in this currency may have (2 unless the currency has none)."""
+    return 0 if currency_code and currency_code.upper() in ZERO_DECIMAL_CURRENCIES else 2
+
+
+def _unit(decimals: int) -> str:
+    return "whole units" if decimals == 0 else f"at most {decimals} decimal places"
+
+
+_PLAIN_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+def to_cents(value: int | Decimal | str | float, *, decimals: int = 2) -> int:
+    """An amount in currency units -> cents, exactly; MoneyError for anything that is not
+    exactly representable with `decimals` decimals (never rounded), non-finite, or too large.
+
+    ints and Decimals are exact. A str must be plain decimal text (no exponent, no `_`, no
+    spaces). A float is only accepted for internal callers (its shortest repr is used); request
+    bodies never produce one (`loads_exact`).
+    """
     if isinstance(value, bool):
         raise MoneyError("must be a number")
-    try:
-        amount = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-    except (InvalidOperation, ValueError) as exc:
-        raise MoneyError("must be a number") from exc
+    if isinstance(value, InexactAmount):
+        raise MoneyError("could not be read exactly")
+    if isinstance(value, int):
+        amount = Decimal(value)
+    elif isinstance(value, Decimal):
+        amount = value
+    elif isinstance(value, str):
+        if len(value) > 100 or not _PLAIN_NUMBER.fullmatch(value):
+            raise MoneyError("must be a plain decimal number like 250.00")
+        amount = Decimal(value)
+    elif isinstance(value, float):
+        amount = Decimal(repr(value))
+    else:
+        raise MoneyError("must be a number")
     if not amount.is_finite():
         raise MoneyError("must be a finite number")
-    cents = amount * 100
-    if cents != cents.to_integral_value():
-        raise MoneyError("must have at most 2 decimal places")
-    result = int(cents)
+    # adjusted() is the exponent of the leading digit: known before any arithmetic, so an
+    # exponent like 1e999999999 is refused here instead of overflowing the decimal context.
+    if amount and amount.adjusted() >= MAX_DIGITS_BEFORE_POINT:
+        raise MoneyError("is too large")
+    whole = amount.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_DOWN)
+    if whole != amount:  # an exact comparison: no context rounding is involved
+        raise MoneyError(f"must have {_unit(decimals)}")
+    result = int(whole.scaleb(2))
     if abs(result) > MAX_CENTS:
         raise MoneyError("is too large")
     return result
+
+
+def parse_amount_text(text: str, *, decimals: int = 2, max_cents: int = MAX_CENTS) -> int:
+    """An operator's amount (`--amount 250.00`): plain positive decimal text only, e.g. not
+    `1_000`, `1e3`, ` 5`, `-5` or `0`; at most `decimals` decimals; at most max_cents."""
+    fraction = "" if decimals == 0 else r"(?:\.[0-9]{1,%s})?" % decimals  # noqa: UP031
+    pattern = r"[0-9]{1,15}" + fraction
+    if not re.fullmatch(pattern, text):
+        example = "250" if decimals == 0 else "250.00"
+        raise MoneyError(f"must be a plain positive amount with {_unit(decimals)}, like {example} (got {text!r})")
+    cents = to_cents(Decimal(text), decimals=decimals)
+    if cents <= 0:
+        raise MoneyError("must be greater than 0")
+    if cents > max_cents:
+        raise MoneyError(f"must be at most {to_wire(max_cents)}")
+    return cents
 
 
 def to_wire(cents: int) -> int | float:
@@ -44,3 +111,94 @@ def to_wire(cents: int) -> int | float:
 def percent_of(cents: int, basis_points: int) -> int:
     """basis_points/10000 of an amount, rounded half up, in integers only."""
     return (cents * basis_points + 5000) // 10000
+
+
+# --- reading JSON bodies exactly ------------------------------------------------------------
+
+_INT_DIGITS_LIMIT = 4000  # Python's int() refuses more than 4300 digits; such numbers stay Decimal
+_INEXACT = "largesse.money.inexact"  # validation-context key: an Amount arrived as a float
+
+
+def _parse_int(text: str) -> int | Decimal:
+    return int(text) if len(text) <= _INT_DIGITS_LIMIT else Decimal(text)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_exact(raw: bytes | str) -> Any:
+    """JSON with every non-integer number as the Decimal of its text (never a float)."""
+    return json.loads(raw, parse_float=Decimal, parse_int=_parse_int, parse_constant=_refuse_constant)
+
+
+class InexactAmount(Decimal):
+    """An amount that went through a float (pydantic's JSON parser) and awaits its exact text.
+
+    ExactJsonModel replaces it; to_cents never sees one unless that step was skipped, and
+    then it refuses rather than charge a rounded figure."""
+
+
+def _amount_input(value: Any, info: ValidationInfo) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise ValueError("must be a number")
+    if isinstance(value, float):
+        if info.mode == "json":
+            if info.context is not None:
+                info.context[_INEXACT] = True
+            return InexactAmount(repr(value))  # placeholder; its JSON text replaces it
+        return Decimal(repr(value))
+    return Decimal(value)
+
+
+def _amount_output(value: Decimal) -> float | int:
+    # What request fingerprints (orders.service.request_hash) have always hashed: a float.
+    return float(value)
+
+
+# A money amount in a request model: a JSON number (never a string or a bool), exact.
+Amount = Annotated[
+    Decimal,
+    PlainValidator(_amount_input),
+    PlainSerializer(_amount_output, when_used="json"),
+    WithJsonSchema({"type": "number"}),
+]
+
+
+class ExactJsonModel(BaseModel):
+    """A request model whose Amount fields hold the exact text of their JSON numbers.
+
+    model_validate_json runs pydantic's own (fast) JSON validation, which hands a number with
+    a fraction or an exponent to the Amount validator as a float. Only if some amount arrived
+    that way is the body read a second time with loads_exact, and `adopt_exact_numbers`
+    copies the exact amounts onto the validated model. Integer amounts cost nothing extra.
+    """
+
+    def adopt_exact_numbers(self, data: Any) -> None:  # pragma: no cover - every subclass has one
+        raise NotImplementedError
+
+    @classmethod
+    def model_validate_json(cls, json_data, *, strict=None, extra=None, context=None, **kwargs):
+        context = {} if context is None else context
+        model = super().model_validate_json(json_data, strict=strict, extra=extra, context=context, **kwargs)
+        if context.pop(_INEXACT, False):
+            try:
+                data = loads_exact(json_data)
+            except (ValueError, RecursionError):
+                # pydantic read it as JSON, Python's reader did not (a lone surrogate...).
+                raise ValidationError.from_exception_data(cls.__name__, [{
+                    "type": "json_invalid", "loc": (), "input": "", "ctx": {"error": "unreadable JSON"}}]) from None
+            model.adopt_exact_numbers(data)
+        return model
+
+
+def exact_amount(data: Any, *path: str | int) -> Decimal | None:
+    """The number at path in a loads_exact document, as a Decimal, or None if absent."""
+    for key in path:
+        try:
+            data = data[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    if isinstance(data, bool) or not isinstance(data, (int, Decimal)):
+        return None
+    return Decimal(data)

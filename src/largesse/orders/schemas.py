@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
-from pydantic import Field, StrictFloat, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from largesse.money import Amount, ExactJsonModel, exact_amount
 from largesse.schemas import Id, Name, Out, Text, Wire
 
 DELIVERY_METHODS = ("EMAIL", "LINK", "PHONE")
@@ -13,7 +15,9 @@ MAX_REWARDS_PER_ORDER = 500
 
 
 class ValueIn(Wire):
-    denomination: StrictFloat  # also accepts JSON integers; never a string or a bool
+    # A JSON number (never a string or a bool) kept exact: CreateOrderIn copies the text of
+    # a fractional number in; service.py turns it into cents for the reward's currency.
+    denomination: Amount
     currency_code: Text(3, 3) | None = None
 
 
@@ -68,7 +72,7 @@ class PaymentIn(Wire):
     funding_source_id: Id
 
 
-class CreateOrderIn(Wire):
+class CreateOrderIn(Wire, ExactJsonModel):
     external_id: Text(200, 1) | None = None
     payment: PaymentIn
     reward: RewardIn | None = None
@@ -88,6 +92,19 @@ class CreateOrderIn(Wire):
         if (self.reward is None) == (self.rewards is None):
             raise ValueError("send exactly one of reward or rewards")
         return self
+
+    def adopt_exact_numbers(self, data: Any) -> None:
+        """Denominations from the exact reading of the body (money.ExactJsonModel)."""
+        if self.reward is not None:
+            self._adopt(self.reward, data, "reward")
+        for i, reward in enumerate(self.rewards or ()):
+            self._adopt(reward, data, "rewards", i)
+
+    @staticmethod
+    def _adopt(reward: RewardIn, data: Any, *path) -> None:
+        exact = exact_amount(data, *path, "value", "denomination")
+        if exact is not None:
+            reward.value.denomination = exact
 
 
 # Response models: they document the wire format in /openapi.json.

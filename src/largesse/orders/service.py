@@ -33,7 +33,7 @@ from largesse.fields.models import fields as _fields
 from largesse.funding import service as funding
 from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
-from largesse.money import MoneyError, percent_of, to_cents
+from largesse.money import MoneyError, decimals_for, percent_of, to_cents
 from largesse.orders import pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.schemas import CreateOrderIn, RewardIn
@@ -201,14 +201,14 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
     for loc, r in reward_inputs:
         campaign = campaigns.get(r.campaign_id) if r.campaign_id else None
         offered = list(dict.fromkeys(r.products)) if r.products else list(campaign.products if campaign else [])
+        reward_currency = (r.value.currency_code or currency).upper()
         try:
-            cents = to_cents(r.value.denomination)
+            cents = to_cents(r.value.denomination, decimals=decimals_for(reward_currency))
             if cents <= 0:
                 raise MoneyError("must be greater than 0")
         except MoneyError as exc:
             errors.add(loc + ("value", "denomination"), str(exc))
             cents = 0
-        reward_currency = (r.value.currency_code or currency).upper()
         if reward_currency != currency:
             errors.add(loc + ("value", "currency_code"),
                        f"must be {currency}, the balance's currency (no currency conversion is configured)")
