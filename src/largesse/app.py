@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from largesse import __version__
+from largesse import __version__, paths, ratelimit
 from largesse.config import Settings
 from largesse.db import make_engine
 from largesse.errors import ApiError, first_message, payload_from
@@ -150,11 +150,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
+        page = paths.html_error_page(request, exc.status_code)  # /redeem/...: a page for a person
+        if page is not None:
+            return page
         message = exc.detail if isinstance(exc.detail, str) else "Error"
         if exc.status_code == 404:
-            message = f"No route for {request.method} {request.url.path}"
+            message = f"No route for {request.method} {paths.printable(request.url.path)}"
         elif exc.status_code == 405:
-            message = f"Method {request.method} is not allowed on {request.url.path}"
+            message = f"Method {request.method} is not allowed on {paths.printable(request.url.path)}"
         return _error(exc.status_code, message, {}, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
@@ -196,6 +199,8 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = engine
+    paths.install(app)  # path parameters checked before routing (paths.py)
+    ratelimit.install(app, settings, engine, prefix=API_PREFIX + "/")  # per key/org limits (ratelimit.py)
     app.add_middleware(RequestGuard)
     install_error_handlers(app)
 
@@ -207,6 +212,8 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.funding.transactions import router as transactions_router
     from largesse.orders.endpoints import router as orders_router
     from largesse.orgs.endpoints import router as orgs_router
+    from largesse.redemption.endpoints import TOKEN_PATH as REDEEM_TOKEN_PATH
+    from largesse.redemption.endpoints import not_found_page as redemption_not_found
     from largesse.redemption.endpoints import router as redemption_router
     from largesse.webhooks.endpoints import router as webhooks_router
 
@@ -215,6 +222,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
         app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(delivery_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
+    paths.serve_html_404(app, "/redeem/", redemption_not_found, valid=REDEEM_TOKEN_PATH)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _document_self_parsed_bodies(app)
 

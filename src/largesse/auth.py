@@ -3,6 +3,12 @@
 A key is "LRG_SANDBOX_" or "LRG_PROD_" followed by 43 URL-safe characters (256 random
 bits). The key has full entropy, so a fast hash is enough: nobody can brute-force a
 2^256 space, and a per-request lookup must stay cheap.
+
+Environments: an organization is "sandbox" or "production" (organizations.environment) and
+its keys carry the matching prefix. A server answers 401 to keys of the other environment
+twice over: by the prefix before any database work, and by the organization's recorded
+environment in the caller lookup itself (a column of the same joined row, no extra query),
+so a key whose prefix does not match its organization cannot cross either.
 """
 
 from __future__ import annotations
@@ -23,6 +29,12 @@ from largesse.timeutil import utcnow
 from largesse.web import get_engine, run_db
 
 PERMISSIONS = ("read_write", "read_only")
+PREFIXES = {"sandbox": "LRG_SANDBOX_", "production": "LRG_PROD_"}
+
+# key hash -> organization id of every key this process has verified, for the API rate
+# limiter (ratelimit.py), which counts a request before the endpoint's own lookup runs.
+# A key never changes organization; the map grows with the number of valid keys only.
+verified_keys: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -40,12 +52,19 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def issue_key(conn: Connection, *, organization_id: str, sandbox: bool, permission: str = "read_write",
-              label: str | None = None) -> tuple[str, str]:
-    """Create a key; returns (key_id, key). The key is never stored or shown again."""
+def issue_key(conn: Connection, *, organization_id: str, sandbox: bool | None = None,
+              permission: str = "read_write", label: str | None = None) -> tuple[str, str]:
+    """Create a key; returns (key_id, key). The key is never stored or shown again.
+
+    Its prefix follows the organization's environment, whatever the caller's settings say
+    (`sandbox` is accepted for older callers and ignored): a key always works on the servers
+    of its organization's environment and only there.
+    """
     if permission not in PERMISSIONS:
         raise ValueError(f"permission must be one of {PERMISSIONS}")
-    key = ("LRG_SANDBOX_" if sandbox else "LRG_PROD_") + secrets.token_urlsafe(32)
+    environment = conn.execute(select(organizations.c.environment).where(organizations.c.id == organization_id)
+                               ).scalar_one()
+    key = PREFIXES[environment] + secrets.token_urlsafe(32)
     key_id = new_id()
     conn.execute(api_keys.insert().values(
         id=key_id, organization_id=organization_id, key_hash=hash_key(key), prefix=key[:16],
@@ -59,7 +78,7 @@ def issue_key(conn: Connection, *, organization_id: str, sandbox: bool, permissi
 CALLER_COLUMNS = (
     api_keys.c.id, api_keys.c.permission, organizations.c.id.label("org_id"),
     organizations.c.currency_code, organizations.c.fee_basis_points, organizations.c.fee_flat_cents,
-    organizations.c.reward_expiry_days,
+    organizations.c.reward_expiry_days, organizations.c.environment,
 )
 _CALLER = (
     select(*CALLER_COLUMNS)
@@ -70,20 +89,26 @@ _CALLER = (
 
 @dataclass(frozen=True)
 class Credentials:
-    """A well-formed bearer key (hashed) and whether the request wants to write."""
+    """A well-formed bearer key (hashed), whether the request wants to write, and the
+    environment of the server it was sent to."""
 
     key_hash: str
     writes: bool
+    environment: str
 
 
-def parse_authorization(authorization: str | None, *, writes: bool) -> Credentials:
+def parse_authorization(authorization: str | None, *, writes: bool, environment: str) -> Credentials:
     if not authorization:
         raise Unauthorized("Missing Authorization header; send 'Authorization: Bearer <API key>'")
     scheme, _, key = authorization.partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key or len(key) > 200:
         raise Unauthorized("Authorization must be 'Bearer <API key>'")
-    return Credentials(hash_key(key), writes)
+    if not key.startswith(PREFIXES[environment]):
+        other = "production" if environment == "sandbox" else "sandbox"
+        if key.startswith(PREFIXES[other]):
+            raise Unauthorized(f"This is a {other} API key; this server is the {environment} environment")
+    return Credentials(hash_key(key), writes, environment)
 
 
 def verify(conn: Connection, credentials: Credentials) -> Caller:
@@ -95,6 +120,10 @@ def caller_from(row, credentials: Credentials) -> Caller:
     """A Caller from a row of _CALLER's columns (or a query selecting them too), or 401/403."""
     if row is None:
         raise Unauthorized("Invalid or revoked API key")
+    if row.environment != credentials.environment:
+        raise Unauthorized(f"This API key belongs to a {row.environment} organization; "
+                           f"this server is the {credentials.environment} environment")
+    verified_keys[credentials.key_hash] = row.org_id
     if credentials.writes and row.permission == "read_only":
         raise Forbidden("This API key is read-only")
     return Caller(
@@ -113,7 +142,8 @@ async def bearer(request: Request) -> Credentials:
     """Checks the header's form only; the key itself is verified in the request's transaction
     (see orders.service.place_order), saving the hottest path a transaction of its own."""
     return parse_authorization(request.headers.get("authorization"),
-                               writes=request.method not in ("GET", "HEAD", "OPTIONS"))
+                               writes=request.method not in ("GET", "HEAD", "OPTIONS"),
+                               environment=request.app.state.settings.environment)
 
 
 async def current_caller(request: Request) -> Caller:

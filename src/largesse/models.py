@@ -8,11 +8,13 @@ from largesse.fields.models import fields
 from largesse.funding.models import funding_sources, ledger_entries
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orgs.models import api_keys, members, organizations
+from largesse.ratelimit import api_rate_limits
 from largesse.redemption.models import inventory_codes, payouts, redemption_tokens
 from largesse.webhooks.models import webhooks
 
 __all__ = [
-    "api_keys", "campaigns", "fields", "funding_sources", "inventory_codes", "jobs", "ledger_entries",
+    "api_keys", "api_rate_limits", "campaigns", "fields", "funding_sources", "inventory_codes", "jobs",
+    "ledger_entries",
     "members", "metadata", "orders", "organizations", "payouts", "products", "redemption_tokens",
     "reward_field_values", "rewards", "webhooks",
 ]

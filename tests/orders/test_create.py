@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -151,9 +150,11 @@ def test_sandbox_recipient_must_be_a_member(org, http):
     place(http, org.member_email.upper())
 
 
-def test_production_accepts_any_valid_email(org, make_server):
+def test_production_accepts_any_valid_email(engine, make_server):
+    from tests.test_environments import production_org
+
     server = make_server(environment="production")
-    with replace(org, base_url=server.url).http() as prod:
+    with production_org(engine, server.url).http() as prod:
         order = place(prod, "anyone@elsewhere.example.org")
         assert order["rewards"][0]["recipient"]["email"] == "anyone@elsewhere.example.org"
         errors = error(prod.post("/orders", json=order_body("not-an-email")), 400)

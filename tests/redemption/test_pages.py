@@ -193,3 +193,22 @@ def test_text_colour_meets_wcag_aa():
     digits = "0123456789abcdef"
     for background in (f"#{r}{g}{b}" for r in digits for g in digits for b in digits):
         assert contrast_ratio(background, text_color_for(background)) >= 4.5, background
+
+
+def test_paths_that_are_no_link_get_the_human_not_found_page(org, server):
+    _, link = link_reward(org, products=(GIFT_CARD,))
+    token = link[link.index("/redeem/") + len("/redeem/"):]
+    bad = ["/redeem/", "/redeem", "/redeem/abc/def", f"/redeem/{token}/", "/redeem/%00", "/redeem/%FF",
+           "/redeem/a%20b", f"/redeem/{token}%00", "/redeem/" + "A" * 5000, "/redeem/%E2%80%AE", f"/redeem//{token}"]
+    with page_client() as client:
+        for path in bad:
+            page = client.get(server.url + path)
+            assert page.status_code == 404, (path, page.status_code)
+            assert page.headers["content-type"].startswith("text/html"), (path, page.headers)
+            assert "Link not found" in page.text, path
+            assert "errors" not in page.text and "\x00" not in page.text
+            assert token not in page.text and "abc" not in page.text and "AAAA" not in page.text
+            assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        other_method = client.put(server.url + f"/redeem/{token}")
+        assert other_method.status_code == 405 and "Link not found" in other_method.text
+        assert client.get(link).status_code == 200  # the real link still works

@@ -14,6 +14,9 @@ organizations = Table(
     # Days until an unredeemed reward expires and is refunded (None: never).
     Column("reward_expiry_days", Integer, nullable=True),
     Column("created_at", DateTime, nullable=False),
+    # "sandbox" or "production" (config.ENVIRONMENTS): a server accepts only the keys of its
+    # own environment's organizations, whatever a key's prefix says (auth.caller_from).
+    Column("environment", String(20), nullable=False, server_default="sandbox"),
 )
 
 members = Table(

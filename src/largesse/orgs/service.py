@@ -42,7 +42,7 @@ def create_org(conn: Connection, *, name: str, member_email: str, member_name: s
     org_id = new_id()
     conn.execute(organizations.insert().values(
         id=org_id, name=name, currency_code=currency_code, fee_basis_points=0, fee_flat_cents=0,
-        created_at=utcnow(),
+        environment="sandbox" if sandbox else "production", created_at=utcnow(),
     ))
     member_id = add_member(conn, organization_id=org_id, email=member_email, name=member_name)
     fs_id = funding.create_balance(conn, organization_id=org_id, currency_code=currency_code)
@@ -51,7 +51,7 @@ def create_org(conn: Connection, *, name: str, member_email: str, member_name: s
         available = funding.credit(conn, funding_source_id=fs_id, organization_id=org_id,
                                    amount_cents=SANDBOX_CREDIT_CENTS, kind="sandbox_credit",
                                    memo="Sandbox pre-loaded balance")
-    key_id, key = auth.issue_key(conn, organization_id=org_id, sandbox=sandbox, label="created with the organization")
+    key_id, key = auth.issue_key(conn, organization_id=org_id, label="created with the organization")
     return CreatedOrg(org_id, member_id, fs_id, key_id, key, available)
 
 

@@ -8,6 +8,7 @@ page for every later visit. Tokens never reach a log: failures are logged by rew
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -177,6 +178,16 @@ def _post(request: Request, token: str, body: bytes) -> Response:
         status = 400 if exc.kind == "invalid_choice" else 409
         return _show(request, token, status=status, error=exc.message, selected=product_id or None)
     return RedirectResponse(f"/redeem/{token}", status_code=303, headers=security.page_headers())
+
+
+# What may follow /redeem/: a token (secrets.token_urlsafe). Any other path there answers the
+# "link not found" page (app.py registers it with paths.serve_html_404), never the API's JSON.
+TOKEN_PATH = re.compile(r"[A-Za-z0-9_\-]{1,200}")
+
+
+def not_found_page(request: Request, status: int = 404) -> HTMLResponse:
+    """The "link not found" page, for 404/405 anywhere under /redeem/; it never echoes the path."""
+    return _message(status, 404)
 
 
 def _guarded(handler, request: Request, token: str, *args) -> Response:
