@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -86,6 +90,55 @@ def test_balance_fund_and_show(org, http, cli):
         result = cli("balance", "fund", "--org", org.id, "--amount", amount, "--memo", "x", check=False)
         assert result.returncode != 0 and "amount" in result.stderr, amount
     assert available_cents(http) == 525050
+
+
+BAD_AMOUNTS = ["1e999999999", "1_000", "1,000", " 5", "5 ", "5.", ".5", "0", "0.00", "NaN", "Infinity", "-5",
+               "+5", "1.001", "100000000000", "0x10", "", "٣"]
+
+
+@pytest.mark.parametrize("amount", BAD_AMOUNTS)
+def test_balance_fund_accepts_plain_amounts_only(org, http, cli, amount, backend):
+    if backend != "sqlite":
+        pytest.skip("the amount is checked before anything is written: one backend is enough")
+    before = available_cents(http)
+    result = cli("balance", "fund", "--org", org.id, "--amount", amount, "--memo", "x", check=False)
+    assert result.returncode != 0, result.stdout
+    assert result.stderr.startswith("error: --amount") and "Traceback" not in result.stderr, result.stderr
+    assert available_cents(http) == before
+
+
+def test_balance_fund_reference_credits_once(org, other_org, http, cli):
+    before = available_cents(http)
+    args = ("balance", "fund", "--org", org.id, "--amount", "100.25", "--memo", "wire", "--reference", "W-8812")
+    first = _json(cli(*args, "--json"))
+    assert first["credited"] is True and first["credited_cents"] == 10025
+    second = cli(*args)
+    assert second.returncode == 0 and "already credited" in second.stdout, second.stdout
+    assert _json(cli(*args, "--json"))["credited"] is False
+    assert available_cents(http) == before + 10025
+    other_amount = cli("balance", "fund", "--org", org.id, "--amount", "99", "--memo", "wire", "--reference",
+                       "W-8812", check=False)
+    assert other_amount.returncode != 0 and "already credited" in other_amount.stderr
+    assert available_cents(http) == before + 10025
+    # References are per organization, and runs without one are never deduplicated.
+    cli("balance", "fund", "--org", other_org.id, "--amount", "1", "--memo", "wire", "--reference", "W-8812")
+    cli("balance", "fund", "--org", org.id, "--amount", "1", "--memo", "no ref")
+    cli("balance", "fund", "--org", org.id, "--amount", "1", "--memo", "no ref")
+    assert available_cents(http) == before + 10025 + 200
+    assert cli("ledger", "verify").returncode == 0
+
+
+def test_concurrent_runs_with_one_reference_credit_once(org, http, database_url, tmp_path):
+    before = available_cents(http)
+    env = {**os.environ, "LARGESSE_DATABASE_URL": database_url}
+    command = [str(Path(sys.executable).parent / "largesse"), "balance", "fund", "--org", org.id, "--amount",
+               "10", "--memo", "race", "--reference", "RACE-1", "--json"]
+    runs = [subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(4)]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert all(run.returncode == 0 for run in runs), outputs
+    assert sorted(json.loads(out)["credited"] for out, _ in outputs) == [False, False, False, True]
+    assert available_cents(http) == before + 1000
 
 
 def test_products_list(cli):

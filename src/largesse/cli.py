@@ -104,14 +104,14 @@ def org_fees(org: OrgOption,
              percent_bp: Annotated[int, typer.Option("--basis-points", help="Fee in 1/100 %% of each reward")] = 0,
              flat: Annotated[str, typer.Option("--flat", help="Flat fee per reward, e.g. 0.50")] = "0"):
     """Set an organization's fees (default: none)."""
-    from largesse.money import MoneyError, to_cents
+    from largesse.money import MoneyError, parse_amount_text
     from largesse.orgs.models import organizations
 
-    try:
-        flat_cents = to_cents(flat)
+    try:  # the same plain-text rule as --amount; 0 means no flat fee
+        flat_cents = 0 if flat in ("0", "0.0", "0.00") else parse_amount_text(flat, max_cents=100_000_00)
     except MoneyError as exc:
         fail(f"--flat {exc}")
-    if percent_bp < 0 or flat_cents < 0:
+    if percent_bp < 0:
         fail("fees cannot be negative")
     with db.write(open_engine()) as conn:
         require_org(conn, org)
@@ -194,26 +194,43 @@ def keys_list(org: OrgOption, as_json: JsonFlag = False):
 # --- balance, ledger --------------------------------------------------------------------------
 
 @balance_app.command("fund")
-def balance_fund(org: OrgOption, amount: Annotated[str, typer.Option(help="Amount in currency units, e.g. 250.00")],
+def balance_fund(org: OrgOption,
+                 amount: Annotated[str, typer.Option(help="Amount in currency units: plain digits, e.g. 250.00")],
                  memo: Annotated[str, typer.Option(help="Why (wire reference, invoice...)")],
+                 reference: Annotated[str | None, typer.Option(
+                     help="Unique reference of this funding (e.g. the wire ID): the same reference credits "
+                          "the organization once, however often the command runs")] = None,
                  as_json: JsonFlag = False):
     """Credit an organization's balance through the ledger."""
     from largesse.funding import service as funding
-    from largesse.money import MoneyError, to_cents, to_wire
+    from largesse.money import MoneyError, decimals_for, parse_amount_text, to_wire
 
+    if reference is not None and not 1 <= len(reference.strip()) <= 200:
+        fail("--reference must be 1-200 characters")
+    if len(memo) > 500:
+        fail("--memo must be at most 500 characters")
+    engine = open_engine()
+    with db.read(engine) as conn:
+        require_org(conn, org)
+        currency = funding.resolve(conn, org, "BALANCE").currency_code
     try:
-        cents = to_cents(amount)
+        cents = parse_amount_text(amount, decimals=decimals_for(currency))
     except MoneyError as exc:
         fail(f"--amount {exc}")
-    if cents <= 0:
-        fail("--amount must be positive")
-    with db.write(open_engine()) as conn:
-        require_org(conn, org)
-        source = funding.resolve(conn, org, "BALANCE")
-        after = funding.credit(conn, funding_source_id=source.id, organization_id=org, amount_cents=cents,
-                               kind="funding", memo=memo)
-    emit({"funding_source_id": source.id, "credited_cents": cents, "available_cents": after}, as_json,
-           f"credited {to_wire(cents)} {source.currency_code}; balance {after / 100:.2f} {source.currency_code}")
+    done = funding.fund(engine, organization_id=org, amount_cents=cents, memo=memo,
+                        reference=reference.strip() if reference is not None else None)
+    data = {"funding_source_id": done.funding_source_id, "credited": done.credited,
+            "credited_cents": cents if done.credited else 0, "available_cents": done.available_cents,
+            "ledger_entry_id": done.entry_id, "reference": reference}
+    balance = f"balance {done.available_cents / 100:.2f} {currency}"
+    if done.credited:
+        emit(data, as_json, f"credited {to_wire(cents)} {currency}; {balance}")
+        return
+    if done.amount_cents != cents:
+        fail(f"reference {reference!r} was already credited with {to_wire(done.amount_cents)} {currency} "
+             f"(ledger entry {done.entry_id}), not {to_wire(cents)}: nothing credited")
+    emit(data, as_json, f"reference {reference!r} was already credited (ledger entry {done.entry_id}): "
+                        f"nothing credited; {balance}")
 
 
 @balance_app.command("show")

@@ -30,8 +30,11 @@ ledger_entries = Table(
     Column("order_id", String(20), nullable=True),
     Column("reward_id", String(20), nullable=True),
     Column("created_at", DateTime, nullable=False),
+    # An operator's funding reference (wire ID...): the same one credits an organization once.
+    Column("reference", String(200), nullable=True),
     Index("ix_ledger_entries_fs_id", "funding_source_id", "id"),
     Index("ix_ledger_entries_order", "order_id"),
     # A reward is refunded at most once, whatever retries or races happen.
     Index("uq_ledger_entries_refund", "reward_id", "kind", unique=True),
+    Index("uq_ledger_entries_org_reference", "organization_id", "reference", unique=True),
 )

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, func, select, update
+from sqlalchemy.exc import IntegrityError
 
+from largesse import db
 from largesse.errors import BadRequest, NotFound, PaymentRequired, nest
 from largesse.funding.models import funding_sources, ledger_entries
 from largesse.ids import new_id
@@ -105,20 +107,68 @@ def debit(conn: Connection, *, funding_source_id: str, organization_id: str, amo
 
 
 def credit(conn: Connection, *, funding_source_id: str, organization_id: str, amount_cents: int, kind: str,
-           memo: str | None = None, order_id: str | None = None, reward_id: str | None = None) -> int:
+           memo: str | None = None, order_id: str | None = None, reward_id: str | None = None,
+           reference: str | None = None) -> int:
+    """Add amount_cents to the balance; returns the balance after. A reference already used by
+    the organization violates the ledger's unique index and aborts the caller's transaction."""
     if amount_cents <= 0:
         raise ValueError("credit amount must be > 0")
     balance_after = conn.execute(_CREDIT, {"fs_id": funding_source_id, "amount": amount_cents}).scalar_one()
-    _append(conn, funding_source_id, organization_id, amount_cents, balance_after, kind, memo, order_id, reward_id)
+    _append(conn, funding_source_id, organization_id, amount_cents, balance_after, kind, memo, order_id, reward_id,
+            reference)
     return balance_after
 
 
-def _append(conn, funding_source_id, organization_id, amount, balance_after, kind, memo, order_id, reward_id):
+def _append(conn, funding_source_id, organization_id, amount, balance_after, kind, memo, order_id, reward_id,
+            reference=None):
     conn.execute(_APPEND, {
         "funding_source_id": funding_source_id, "organization_id": organization_id, "amount_cents": amount,
         "balance_after_cents": balance_after, "kind": kind, "memo": memo, "order_id": order_id,
-        "reward_id": reward_id, "created_at": utcnow(),
+        "reward_id": reward_id, "created_at": utcnow(), "reference": reference,
     })
+
+
+@dataclass
+class Funded:
+    """What `fund` did: credited, or found the reference already credited (credited=False)."""
+
+    credited: bool
+    entry_id: int
+    amount_cents: int
+    available_cents: int
+    funding_source_id: str
+    currency_code: str
+
+
+_BY_REFERENCE = select(ledger_entries.c.id, ledger_entries.c.amount_cents, ledger_entries.c.funding_source_id).where(
+    ledger_entries.c.organization_id == bindparam("org"), ledger_entries.c.reference == bindparam("reference"))
+
+
+def fund(engine: Engine, *, organization_id: str, amount_cents: int, memo: str, reference: str | None) -> Funded:
+    """An operator's credit of the organization's balance, in one transaction.
+
+    With a reference, the ledger's unique index (organization_id, reference) decides: of any
+    number of runs, sequential or concurrent, one INSERT succeeds; the others fail, roll back
+    their balance update with it, and report the entry that did credit.
+    """
+    try:
+        with db.write(engine) as conn:
+            source = resolve(conn, organization_id, MAGIC_BALANCE)
+            after = credit(conn, funding_source_id=source.id, organization_id=organization_id,
+                           amount_cents=amount_cents, kind="funding", memo=memo, reference=reference)
+            entry_id = conn.execute(select(func.max(ledger_entries.c.id)).where(
+                ledger_entries.c.funding_source_id == source.id)).scalar_one()
+            return Funded(True, entry_id, amount_cents, after, source.id, source.currency_code)
+    except IntegrityError:
+        if reference is None:
+            raise
+    with db.read(engine) as conn:
+        source = resolve(conn, organization_id, MAGIC_BALANCE)
+        existing = conn.execute(_BY_REFERENCE, {"org": organization_id, "reference": reference}).first()
+        if existing is None:  # the unique index refused it, so the entry exists: anything else is a bug
+            raise RuntimeError(f"reference {reference!r} refused but not found")
+        return Funded(False, existing.id, existing.amount_cents, source.available_cents, source.id,
+                      source.currency_code)
 
 
 @dataclass
