@@ -168,7 +168,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     settings = settings or Settings.from_env()
-    engine = engine or make_engine(settings.database_url)
+    engine = engine or make_engine(settings.database_url, timeout=settings.db_timeout_seconds,
+                                   statement_timeout=settings.db_statement_timeout_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -227,11 +228,14 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     _document_self_parsed_bodies(app)
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz():
+    async def healthz():
         return json_response({"status": "ok", "version": __version__, "environment": settings.environment})
 
     @app.get("/", include_in_schema=False)
     def root():
         return json_response({"service": "largesse", "version": __version__, "api": API_PREFIX, "docs": "/docs"})
 
+    from largesse import ops
+
+    ops.install(app)  # /readyz, /metrics, request IDs and logs; keep it last: its middleware is the outermost
     return app

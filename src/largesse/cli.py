@@ -36,13 +36,26 @@ def serve(
     workers: Annotated[int, typer.Option(help="Worker processes sharing one database")] = 1,
 ):
     """Migrate the database, then serve the API, the redemption pages and the docs."""
+    import os
+
     import uvicorn
+
+    from largesse.ops import logs, metrics
 
     settings = load_settings()
     open_engine(settings).dispose()
-    typer.echo(f"Largesse ({settings.environment}) on http://{host}:{port}  database: {settings.database_url}")
-    uvicorn.run("largesse.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level="info", access_log=False, proxy_headers=True)
+    typer.echo(f"Largesse ({settings.environment}) on http://{host}:{port}  "
+               f"database: {logs.redact(settings.database_url)}")
+    # Several processes: metrics go through files in PROMETHEUS_MULTIPROC_DIR (docs/operations.md).
+    own_metrics_dir = workers > 1 and not os.environ.get(metrics.MULTIPROC_ENV)
+    metrics_dir = metrics.prepare_multiprocess_dir() if workers > 1 else None
+    try:
+        uvicorn.run("largesse.app:create_app", factory=True, host=host, port=port, workers=workers,
+                    log_config=logs.log_config(settings.log_format, settings.log_level),
+                    log_level=settings.log_level.lower(), access_log=False, proxy_headers=True)
+    finally:
+        if own_metrics_dir and metrics_dir:
+            metrics.cleanup(metrics_dir)
 
 
 @db_app.command("upgrade")

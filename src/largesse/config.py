@@ -51,6 +51,12 @@ class Settings:
     api_rate_limit_per_key: int = 60_000
     api_rate_limit_per_org: int = 120_000
     api_rate_limit_sync_seconds: float = 1.0
+    # Operations (docs/operations.md): log lines as "text" or "json"; how long an API request
+    # waits for the database (connect, locks, SQLite busy) before answering 503; one statement's cap.
+    log_format: str = "text"
+    log_level: str = "INFO"
+    db_timeout_seconds: float = 1.5
+    db_statement_timeout_seconds: float = 10.0
 
     @property
     def sandbox(self) -> bool:
@@ -101,4 +107,14 @@ class Settings:
             api_rate_limit_per_key=int(get("API_RATE_LIMIT_PER_KEY", "60000")),
             api_rate_limit_per_org=int(get("API_RATE_LIMIT_PER_ORG", "120000")),
             api_rate_limit_sync_seconds=float(get("API_RATE_LIMIT_SYNC_SECONDS", "1")),
+            log_format=_choice(get("LOG_FORMAT", "text").lower(), "LOG_FORMAT", ("text", "json")),
+            log_level=_choice(get("LOG_LEVEL", "INFO").upper(), "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR")),
+            db_timeout_seconds=float(get("DB_TIMEOUT_SECONDS", "1.5")),
+            db_statement_timeout_seconds=float(get("DB_STATEMENT_TIMEOUT_SECONDS", "10")),
         )
+
+
+def _choice(value: str, name: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"LARGESSE_{name} must be one of {allowed}, not {value!r}")
+    return value

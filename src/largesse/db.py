@@ -11,17 +11,30 @@ Transactions:
   thread when the lock is released is immediate, whereas SQLite's busy handler polls with
   sleeps of up to 100 ms, which measured as a p99 of 1.5 s at 16 concurrent orders.
 - ``read(engine)``: a plain (deferred) transaction; readers never block writers in WAL.
+
+The database going away (docs/operations.md): the API's engine (``make_engine(url,
+timeout=...)``) bounds every wait - connect, row locks, SQLite's busy wait and writer lock,
+pool checkout - so a request fails fast with an error that ``is_unavailable`` recognises (the
+app answers 503). Pooled PostgreSQL connections that a server restart closed are detected
+at checkout by a zero-timeout poll of the socket (no round trip, unlike pool_pre_ping) and
+replaced. ``retrying`` re-runs a transaction on serialization failures, deadlocks and a
+connection lost before commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import random
+import select
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 from sqlalchemy import Connection, Engine, MetaData, create_engine, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import QueuePool
 
@@ -34,7 +47,9 @@ NAMING = {
 }
 metadata = MetaData(naming_convention=NAMING)
 
+# Waits of operator commands (CLI, `largesse worker`); the API's engine passes its own timeout.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+PG_CONNECT_TIMEOUT_S = 10
 
 
 def is_sqlite(engine_or_conn) -> bool:
@@ -50,13 +65,18 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, *, pool_size: int = 8) -> Engine:
+def make_engine(url: str, *, pool_size: int = 8, timeout: float | None = None,
+                statement_timeout: float | None = None) -> Engine:
+    """An engine; `timeout` (seconds) bounds every wait for the database: connecting, PostgreSQL
+    row locks (lock_timeout), SQLite's busy wait and in-process writer lock, pool checkout.
+    `statement_timeout` (PostgreSQL) bounds one statement. None keeps the patient defaults."""
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
+        busy_ms = int(timeout * 1000) if timeout else SQLITE_BUSY_TIMEOUT_MS
         engine = create_engine(
             url,
             json_serializer=_json_dumps,
@@ -64,21 +84,48 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
             poolclass=QueuePool,
             pool_size=pool_size,
             max_overflow=32,
-            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+            pool_timeout=timeout or 30,
+            connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
         )
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, busy_ms)
+        _lock_timeouts[id(engine.pool)] = timeout if timeout else -1
         return engine
+    connect_args: dict = {"connect_timeout": max(2, math.ceil(timeout)) if timeout else PG_CONNECT_TIMEOUT_S}
+    options = []
+    if timeout:
+        options.append(f"-c lock_timeout={int(timeout * 1000)}")
+    if statement_timeout:
+        options.append(f"-c statement_timeout={int(statement_timeout * 1000)}")
+    if options:
+        connect_args["options"] = " ".join(options)
     # No pool_pre_ping: it costs a round trip on every checkout (every request). Connections
-    # are recycled instead, and a connection broken by a server restart fails one request.
-    return create_engine(url, pool_size=pool_size, max_overflow=16, pool_recycle=1800,
-                         json_serializer=_json_dumps, json_deserializer=orjson.loads)
+    # are recycled, and those a server restart closed are caught by _drop_closed_connections.
+    engine = create_engine(url, pool_size=pool_size, max_overflow=16, pool_recycle=1800, pool_timeout=timeout or 30,
+                           connect_args=connect_args, json_serializer=_json_dumps, json_deserializer=orjson.loads)
+    event.listen(engine, "checkout", _drop_closed_connections)
+    return engine
+
+
+def _drop_closed_connections(dbapi_connection, _record, _proxy) -> None:
+    """Replace a pooled connection that the server closed (restart, admin kill) before use.
+
+    An idle connection in the pool has nothing to read: if its socket is readable, the server
+    sent a termination notice or EOF. A zero-timeout poll is a syscall (about a microsecond),
+    not a round trip; raising DisconnectionError makes the pool connect afresh.
+    """
+    if dbapi_connection.closed or dbapi_connection.broken:
+        raise sa_exc.DisconnectionError("connection closed")
+    poller = select.poll()
+    poller.register(dbapi_connection.fileno(), select.POLLIN)
+    if poller.poll(0):
+        raise sa_exc.DisconnectionError("the server closed the connection")
 
 
 def _json_dumps(value) -> str:
     return orjson.dumps(value).decode()
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection, _record):
         # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's own handling
@@ -88,7 +135,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -98,6 +145,7 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 _sqlite_write_locks: dict[int, threading.RLock] = {}
+_lock_timeouts: dict[int, float] = {}  # per pool: how long a writer waits for the lock (-1: forever)
 _locks_guard = threading.Lock()
 
 
@@ -116,13 +164,34 @@ def _writer_lock(engine: Engine) -> threading.RLock | None:
 def write(engine: Engine) -> Iterator[Connection]:
     """One write transaction: commit when the block succeeds, roll back otherwise."""
     lock = _writer_lock(engine)
-    if lock is not None:
-        lock.acquire()
+    budget_ms = None
+    if lock is not None and not lock.acquire(blocking=False):  # uncontended: no clock reads
+        timeout = _lock_timeouts.get(id(engine.pool), -1)
+        started = time.monotonic()
+        if not lock.acquire(timeout=timeout):
+            from largesse.errors import ServiceUnavailable
+
+            raise ServiceUnavailable("The database is busy; retry shortly")
+        if timeout > 0:  # the wait for the lock counts against SQLite's busy wait: one deadline in all
+            budget_ms = max(1, int((timeout - (time.monotonic() - started)) * 1000))
+    body_done = False
     try:
         with engine.connect() as conn:
-            conn = conn.execution_options(write=True)
-            with conn.begin():
-                yield conn
+            if budget_ms is not None:
+                conn.connection.dbapi_connection.execute(f"PRAGMA busy_timeout={budget_ms}")
+            try:
+                conn = conn.execution_options(write=True)
+                with conn.begin():
+                    yield conn
+                    body_done = True
+            finally:
+                if budget_ms is not None:
+                    conn.connection.dbapi_connection.execute(
+                        f"PRAGMA busy_timeout={int(_lock_timeouts[id(engine.pool)] * 1000)}")
+    except sa_exc.DBAPIError as exc:
+        # An error at COMMIT leaves the outcome unknown: `retrying` must not run the body again.
+        exc.largesse_at_commit = body_done
+        raise
     finally:
         if lock is not None:
             lock.release()
@@ -149,3 +218,58 @@ def read(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:
         with conn.begin():
             yield conn
+
+
+# --- failures: which ones mean "unavailable", which ones a transaction may be re-run after ----
+
+RETRY_SQLSTATES = {"40001": "serialization_failure", "40P01": "deadlock"}
+RETRY_ATTEMPTS = 4
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    return getattr(getattr(exc, "orig", None), "sqlstate", None)
+
+
+def retry_reason(exc: BaseException) -> str | None:
+    """Why re-running exc's transaction is safe, or None.
+
+    PostgreSQL rolled back a transaction that failed with a serialization failure or a
+    deadlock (even at COMMIT); a connection lost before COMMIT took its transaction with it.
+    """
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return None
+    reason = RETRY_SQLSTATES.get(sqlstate(exc) or "")
+    if reason:
+        return reason
+    if exc.connection_invalidated and not getattr(exc, "largesse_at_commit", False):
+        return "disconnect"
+    return None
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Is exc the database being unreachable, locked or overloaded (a 503), rather than a bug?"""
+    from largesse.errors import ServiceUnavailable
+
+    if isinstance(exc, ServiceUnavailable | sa_exc.TimeoutError | sa_exc.DisconnectionError):
+        return True
+    if isinstance(exc, sa_exc.DBAPIError):
+        return exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
+    return False
+
+
+def retrying(fn, *args, **kwargs):
+    """fn(*args, **kwargs), re-run (up to RETRY_ATTEMPTS in all, with jittered backoff) when its
+    transaction failed in a way `retry_reason` calls safe. fn must do one transaction, or
+    several of which only the last can fail this way, and no side effect outside the database."""
+    from largesse.ops import metrics
+
+    for attempt in range(1, RETRY_ATTEMPTS + 1):
+        try:
+            return fn(*args, **kwargs)
+        except sa_exc.DBAPIError as exc:
+            reason = retry_reason(exc)
+            if reason is None or attempt == RETRY_ATTEMPTS:
+                raise
+            metrics.db_retry(reason)
+            time.sleep(random.uniform(0.005, 0.025) * 2 ** attempt)
+    raise AssertionError("unreachable")

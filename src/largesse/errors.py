@@ -65,6 +65,22 @@ class TooManyRequests(ApiError):
     default_message = "Too many requests"
 
 
+RETRY_AFTER_SECONDS = 2
+
+
+class ServiceUnavailable(ApiError):
+    """The database is unreachable, locked past the request's wait, or overloaded: retry later.
+
+    Always carries Retry-After; the payload stays empty (nothing in the request was wrong)."""
+
+    status_code = 503
+    default_message = "The service is temporarily unavailable; retry shortly"
+
+    def __init__(self, message: str | None = None, payload: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message, payload, {"Retry-After": str(RETRY_AFTER_SECONDS), **(headers or {})})
+
+
 def nest(loc: Sequence[Any], message: str, into: dict[str, Any] | None = None) -> dict[str, Any]:
     """Place message at the path loc inside a nested dict, e.g. ("reward", "value") -> {...}.
 

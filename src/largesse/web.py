@@ -69,25 +69,31 @@ async def run_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any
 
 
 async def read_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """fn(conn, *args, **kwargs) in a read transaction, through run_db."""
+    """fn(conn, *args, **kwargs) in a read transaction, through run_db; re-run in a new
+    transaction after a lost connection, serialization failure or deadlock (db.retrying)."""
     from largesse import db
 
     def work():
         with db.read(engine) as conn:
             return fn(conn, *args, **kwargs)
 
-    return await run_db(engine, work)
+    return await run_db(engine, db.retrying, work)
 
 
 async def write_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """fn(conn, *args, **kwargs) in one write transaction (committed if fn returns), through run_db."""
+    """fn(conn, *args, **kwargs) in one write transaction (committed if fn returns), through run_db.
+
+    PostgreSQL serialization failures and deadlocks (SQLSTATE 40001, 40P01), and a connection
+    lost before COMMIT, re-run fn in a new transaction (db.retrying): fn must touch nothing
+    but `conn`, so that running it again is the same as running it once.
+    """
     from largesse import db
 
     def work():
         with db.write(engine) as conn:
             return fn(conn, *args, **kwargs)
 
-    return await run_db(engine, work)
+    return await run_db(engine, db.retrying, work)
 
 
 # How many requests of one process may run database work at once (PostgreSQL). Measured on

@@ -1,0 +1,124 @@
+"""Log lines an operator reads: one per request, JSON or text, never a secret.
+
+Every handler that `log_config`/`configure` installs formats through `redact`, so a secret
+that slips into a message or a traceback (an SQL error quoting its parameters, an SMTP reply
+naming the recipient) is masked at the last moment: API keys, bearer credentials, passwords
+in URLs, redemption tokens in paths and links, and email addresses (j***@example.com).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import logging.config
+import re
+import sys
+import time
+
+import orjson
+
+# The current request's ID: set by the middleware, read by every log line of the request
+# (anyio copies context variables into the database worker threads).
+request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("largesse_request_id", default=None)
+
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s/]+@")
+_API_KEY = re.compile(r"\b(LRG_(?:SANDBOX|PROD)_)[A-Za-z0-9_-]+")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",]+")
+_REDEEM = re.compile(r"(/redeem/)[^/\s?#'\"<>]+")
+_EMAIL = re.compile(r"([A-Za-z0-9!#$%&*+=?^_`{|}~-])[A-Za-z0-9!#$%&'*+=?^_`{|}~.-]*"
+                    r"@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)")
+
+
+def redact(text: str) -> str:
+    """text with secrets masked; cheap when there is nothing to mask (each pattern is a scan)."""
+    if "://" in text:
+        text = _URL_PASSWORD.sub(r"\1***@", text)
+    if "LRG_" in text:
+        text = _API_KEY.sub(r"\1***", text)
+    if "earer" in text or "EARER" in text:
+        text = _BEARER.sub(r"\1***", text)
+    if "/redeem/" in text:
+        text = _REDEEM.sub(r"\1<token>", text)
+    if "@" in text:
+        text = _EMAIL.sub(r"\1***@\2", text)
+    return text
+
+
+def mask_email(address: str) -> str:
+    """j***@example.com, for messages that name a recipient on purpose."""
+    local, at, domain = address.partition("@")
+    return f"{local[:1]}***@{domain}" if at else "***"
+
+
+# Attributes of a LogRecord that are not "extra" fields.
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "color_message"}
+
+
+class TextFormatter(logging.Formatter):
+    """`2026-01-01T12:00:00.123Z INFO largesse.access request_id=... method=GET ...`"""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = [f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")]
+        rid = request_id.get()
+        if rid and "request_id" not in record.__dict__:
+            fields.insert(0, f"request_id={rid}")
+        line = f"{_timestamp(record.created)} {record.levelname} {record.name}: {record.getMessage()}"
+        if fields:
+            line += " " + " ".join(fields)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return redact(line)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, message, request_id, the record's extra fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data = {"ts": _timestamp(record.created), "level": record.levelname.lower(), "logger": record.name,
+                "message": record.getMessage()}
+        rid = request_id.get()
+        if rid:
+            data["request_id"] = rid
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                data[key] = value
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return redact(orjson.dumps(data, default=str).decode())
+
+
+def _timestamp(created: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+
+
+def formatter_class(log_format: str) -> type[logging.Formatter]:
+    return JsonFormatter if log_format == "json" else TextFormatter
+
+
+def log_config(log_format: str = "text", level: str = "INFO") -> dict:
+    """A logging.config dict for uvicorn.run(log_config=...): uvicorn applies it in every worker
+    process. uvicorn's own loggers and largesse's share one redacting stderr handler."""
+    cls = formatter_class(log_format)
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"largesse": {"()": f"{cls.__module__}.{cls.__qualname__}"}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "largesse", "stream": "ext://sys.stderr"}},
+        "loggers": {
+            "largesse": {"handlers": ["stderr"], "level": level, "propagate": False},
+            "uvicorn": {"handlers": ["stderr"], "level": level, "propagate": False},
+            "uvicorn.error": {"level": level},
+            "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
+        },
+    }
+
+
+def configure(log_format: str = "text", level: str = "INFO") -> None:
+    """Install the same handlers in a process that uvicorn does not start (`largesse worker`)."""
+    logging.config.dictConfig(log_config(log_format, level))
+
+
+def stderr_handler(log_format: str = "text") -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter_class(log_format)())
+    return handler

@@ -1,0 +1,112 @@
+"""One ASGI middleware, outermost: request ID, one log line, the latency histogram, last-resort errors.
+
+- X-Request-ID: the client's value when sane (1-128 of [A-Za-z0-9._:=+/-]), else a new random
+  one; set as a context variable (every log line of the request carries it) and returned on
+  every response, errors included.
+- The log line: method, path with secrets removed (redemption tokens; emails masked by the
+  formatter), the route template, status and duration. Query strings are never logged.
+- The histogram is labelled by route template (e.g. /api/v2/orders/{order_id}), never the
+  raw path: no IDs or tokens in labels, and a bounded number of series.
+- Exceptions that escape the app become the JSON error body here (503 with Retry-After when
+  the database is unavailable, 500 otherwise), so even those carry the request ID.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+
+from largesse import db
+from largesse.errors import RETRY_AFTER_SECONDS
+from largesse.ops import logs, metrics
+
+access_log = logging.getLogger("largesse.access")
+error_log = logging.getLogger("largesse")
+
+# Routers included under the API prefix report their template without it (FastAPI's
+# included routes): the prefix is static, so adding it back shows no part of the request.
+API_PREFIX = "/api/v2"
+_SANE_ID = re.compile(rb"[A-Za-z0-9._:=+/-]{1,128}")
+UNMATCHED = "<unmatched>"
+
+
+def loggable_path(path: str) -> str:
+    """The path without secrets: redemption tokens are bearer secrets and never logged."""
+    if path.startswith("/redeem/"):
+        return "/redeem/<token>"
+    return path
+
+
+class ObservabilityMiddleware:
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        rid = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                if _SANE_ID.fullmatch(value):
+                    rid = value
+                break
+        if rid is None:
+            rid = os.urandom(12).hex().encode()
+        rid_text = rid.decode()
+        token = logs.request_id.set(rid_text)
+        status = 500
+        started = False
+
+        async def send_with_id(message):
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                started = True
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            if started:
+                raise
+            status = await self._error_response(scope, exc, send_with_id)
+        finally:
+            seconds = time.perf_counter() - start
+            route = scope.get("route")
+            template = getattr(route, "path", None) or UNMATCHED
+            if template[0] == "/" and not template.startswith(API_PREFIX) and scope["path"].startswith(API_PREFIX):
+                template = API_PREFIX + template
+            method = scope["method"]
+            metrics.observe_request(method, template, status, seconds)
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info("request", extra={
+                    "request_id": rid_text, "method": method, "path": loggable_path(scope["path"]),
+                    "route": template, "status": status, "duration_ms": round(seconds * 1000, 2)})
+            logs.request_id.reset(token)
+
+    async def _error_response(self, scope, exc: Exception, send) -> int:
+        from largesse.web import json_response
+
+        if db.is_unavailable(exc):
+            error_log.warning("database unavailable on %s %s: %s", scope["method"], loggable_path(scope["path"]),
+                              type(exc).__name__)
+            status, message, headers = 503, UNAVAILABLE_MESSAGE, {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        else:
+            error_log.error("unhandled error on %s %s", scope["method"], loggable_path(scope["path"]),
+                            exc_info=exc)
+            status, message, headers = 500, "Internal error; it has been logged", {}
+        response = json_response({"errors": {"message": message, "payload": {}}}, status_code=status)
+        response.headers.update(headers)
+
+        async def no_body():
+            return {"type": "http.disconnect"}
+
+        await response(scope, no_body, send)
+        return status
+
+
+UNAVAILABLE_MESSAGE = "The database is unavailable; retry shortly"
