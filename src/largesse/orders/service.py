@@ -34,6 +34,7 @@ from largesse.funding import service as funding
 from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
 from largesse.money import MoneyError, decimals_for, percent_of, to_cents
+from largesse.ops import metrics
 from largesse.orders import pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.schemas import CreateOrderIn, RewardIn
@@ -112,6 +113,7 @@ def place_order(engine: Engine, *, settings: Settings, credentials: Credentials,
         if replay is None:
             raise
         return replay
+    metrics.order_created(plan.order_row["currency_code"], plan.order_row["total_cents"])
     public = settings.public_url
     wire_rewards = [
         reward_to_wire(r, plan.field_values.get(r["id"], []),
