@@ -39,7 +39,9 @@ async def create_order(request: Request):
     credentials = await bearer(request)
     body = parse_json_body(CreateOrderIn, await request.body())
     engine, settings = request.app.state.engine, request.app.state.settings
-    placed = await run_db(engine, service.place_order, engine, settings=settings, credentials=credentials, body=body)
+    # db.retrying: a serialization failure or deadlock rolled the order back; placing it again is safe.
+    placed = await run_db(engine, db.retrying, service.place_order, engine, settings=settings,
+                          credentials=credentials, body=body)
     return json_response({"order": placed.order}, status_code=201 if placed.replay else 200)
 
 
