@@ -26,6 +26,7 @@ from largesse.delivery import compose, service
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.transport import DeliveryError, sandbox_outcome
 from largesse.fields import service as fields_service
+from largesse.ops import metrics
 from largesse.orders.models import reward_field_values, rewards
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
@@ -93,6 +94,7 @@ def run_claimed(ctx: Context, item: Claimed) -> str:
     """Steps 2 and 3 of a prepared job, or the whole of any other kind; records the outcome."""
     job = item.job
     if item.skipped:
+        metrics.delivery("skipped")
         return "skipped"
     try:
         if item.error is not None:
@@ -126,6 +128,7 @@ def fail(ctx: Context, job, error: str, *, permanent: bool) -> str:
                 webhooks.emit(conn, job.organization_id, [("REWARDS.DELIVERY.FAILED", job.reward_id)])
     log.info("job %s (%s) attempt %s failed (%s): %s", job.id, job.kind, job.attempts,
              status or "lease lost", error)
+    metrics.job_failed(job.kind, status or "lost")
     return status or "lost"
 
 
@@ -166,6 +169,7 @@ def _send(ctx: Context, item: Claimed) -> str:
         if delivered:
             webhooks.emit(conn, item.job.organization_id, [("REWARDS.DELIVERY.SUCCEEDED", item.job.reward_id)])
         job_queue.mark_done(conn, item.job, ctx.worker_id)
+    metrics.delivery("sent")
     return "sent"
 
 

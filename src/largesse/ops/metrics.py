@@ -35,10 +35,11 @@ ORDERS = Counter("largesse_orders_created_total", "Orders created (replays not c
 ORDER_CENTS = Counter("largesse_order_amount_cents_total",
                       "Sum of created orders' totals, in cents of the currency", ["currency"])
 DELIVERIES = Counter("largesse_deliveries_total",
-                     "Reward email delivery attempts by outcome (sent, skipped, queued=retry later, dead, lost)",
-                     ["outcome"])
+                     "Reward email delivery attempts by outcome: sent, skipped (nothing to send), retry (failed, "
+                     "retried later), dead (failed for good), lost (lease taken over)", ["outcome"])
 WEBHOOK_FAILURES = Counter("largesse_webhook_delivery_failures_total",
-                           "Failed webhook POSTs (network error or non-2xx answer)", ["reason"])
+                           "Failed webhook POSTs (network error or non-2xx answer) by what follows: retry, dead, lost",
+                           ["outcome"])
 REDEMPTIONS = Counter("largesse_redemptions_total",
                       "Redemption attempts by outcome (redeemed, or why not)", ["outcome"])
 DB_RETRIES = Counter("largesse_db_retries_total",
@@ -64,8 +65,13 @@ def delivery(outcome: str) -> None:
     DELIVERIES.labels(outcome).inc()
 
 
-def webhook_failure(reason: str) -> None:
-    WEBHOOK_FAILURES.labels(reason).inc()
+def job_failed(kind: str, status: str) -> None:
+    """A failed attempt of a job (delivery/tasks.fail); status is the job's next state."""
+    outcome = "retry" if status == "queued" else status
+    if kind == "deliver_reward":
+        DELIVERIES.labels(outcome).inc()
+    elif kind == "deliver_webhook":
+        WEBHOOK_FAILURES.labels(outcome).inc()
 
 
 def redemption(outcome: str) -> None:

@@ -15,6 +15,7 @@ from largesse.campaigns.models import campaigns
 from largesse.catalog.models import products
 from largesse.catalog.service import band_for
 from largesse.config import Settings
+from largesse.ops import metrics
 from largesse.orders import lifecycle
 from largesse.orders.models import rewards
 from largesse.orgs.models import organizations
@@ -32,6 +33,7 @@ class RedemptionError(Exception):
         self.kind = kind
         self.message = message
         super().__init__(kind)
+        metrics.redemption(kind)  # raised only by redeem(): one per failed attempt
 
 
 @dataclass
@@ -217,4 +219,5 @@ def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings) -
             provider=provider.name, code=issued.code, pin=issued.pin, url=issued.url,
             confirmation=issued.confirmation, created_at=now,
         ))
+    metrics.redemption("redeemed")
     return reward_id
