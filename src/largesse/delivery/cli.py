@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Annotated
 
 import typer
@@ -25,8 +24,10 @@ def worker(
 
     from largesse.delivery.worker import Worker
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()
+    from largesse.ops import logs
+
+    logs.configure(settings.log_format, settings.log_level)  # same redacting text/JSON lines as `serve`
     engine = open_engine(settings)
     w = Worker(engine, settings, concurrency=concurrency)
     if once:
