@@ -3,8 +3,6 @@
 import hashlib
 import hmac
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from tremendous import CreateWebhookRequest, SimulateWebhookRequest
@@ -12,55 +10,7 @@ from tremendous.exceptions import NotFoundException, UnprocessableEntityExceptio
 
 from tests.conftest import order_body
 from tests.delivery.conftest import wait_for
-
-
-class Receiver:
-    """A loopback HTTP server that records POSTs; answers `status` (a list consumed in order)."""
-
-    def __init__(self, statuses=()):
-        self.requests: list[tuple[dict, bytes]] = []
-        self.statuses = list(statuses)
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
-
-    def events(self, name: str) -> list[dict]:
-        return [json.loads(body) for _, body in self.requests if json.loads(body)["event"] == name]
-
-
-def settle(engine, settings) -> None:
-    """Deliver what earlier tests left in the shared queue, so the timed waits below measure
-    only this test's jobs (at the end of a full run there are hundreds of them)."""
-    from largesse.delivery.worker import Worker
-
-    for _ in range(100):
-        if Worker(engine, settings).drain() == 0:
-            return
-
-
-@pytest.fixture
-def receiver():
-    started = Receiver()
-    yield started
-    # Close the socket too: a listening socket nobody serves accepts connections and never
-    # answers, so later tests' workers would wait out the delivery timeout on its events.
-    started.server.shutdown()
-    started.server.server_close()
+from tests.webhooks.kit import settle
 
 
 def test_manage_webhook_with_the_client(api, other_org, receiver):

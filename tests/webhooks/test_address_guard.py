@@ -1,0 +1,113 @@
+"""The address guard: internal targets are refused at creation, at simulate and at sending.
+
+No test here sends anything to a non-loopback address: URLs the guard accepts are deleted
+before any event could be queued for them (their organization never orders), and the
+sending-time check is exercised with a loopback receiver that must receive nothing.
+"""
+
+import time
+
+import pytest
+from sqlalchemy import select
+
+from largesse import db
+from largesse.delivery.models import jobs
+from largesse.webhooks import addresses
+from tests.conftest import create_org
+from tests.delivery.conftest import wait_for
+from tests.webhooks.kit import settle
+
+REFUSED = [
+    "http://2130706433/", "http://127.1/", "http://0x7f.1/", "http://0177.0.0.1/", "http://127.0.0.1:8000/x",
+    "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://[::ffff:7f00:1]/", "http://[::127.0.0.1]/",
+    "http://[64:ff9b::10.0.0.1]/", "http://[2002:a9fe:a9fe::]/", "http://[fe80::1]/", "http://[fc00::1]/",
+    "http://localhost/", "http://LOCALHOST./", "http://foo.localhost/", "https://a.b.localhost:8443/",
+    "http://0.0.0.0/", "http://0/", "http://[::]/", "http://169.254.169.254/latest/meta-data/",
+    "http://10.0.0.1/", "http://172.16.5.4/", "http://192.168.1.1/", "http://100.64.0.1/",
+    "http://224.0.0.1/", "http://255.255.255.255/", "http://240.0.0.1/", "http://198.18.0.1/",
+    "http://user:pw@127.0.0.1/", "http://1.2.3.4.5/", "http://08.0.0.1/",
+]
+
+
+@pytest.fixture
+def strict(make_server, engine):
+    """A server with the guard on, and an organization there that never orders."""
+    server = make_server(webhook_allow_private=False)
+    org = create_org(engine, server.url)
+    with org.http() as client:
+        yield client
+
+
+@pytest.mark.parametrize("url", REFUSED)
+def test_internal_targets_are_refused_at_creation(strict, url):
+    response = strict.post("/webhooks", json={"url": url})
+    assert response.status_code == 400, response.text
+    body = response.json()["errors"]
+    assert set(body) == {"message", "payload"}
+    assert list(body["payload"]) == ["url"] and len(body["payload"]["url"]) == 1
+    assert strict.get("/webhooks").json() == {"webhooks": []}
+
+
+@pytest.mark.parametrize("url", ["http://93.184.216.34/hooks", "https://[2606:4700:4700::1111]:8443/h?x=1",
+                                 "https://[::ffff:8.8.8.8]/h"])
+def test_public_addresses_are_accepted(strict, url):
+    hook = strict.post("/webhooks", json={"url": url})
+    assert hook.status_code == 200, hook.text
+    # Deleted at once: nothing is ever queued for it (this organization never orders).
+    assert strict.delete(f"/webhooks/{hook.json()['webhook']['id']}").status_code == 204
+
+
+def test_names_resolving_to_internal_addresses_are_refused():
+    """`localhost` really resolves (from /etc/hosts): the check of resolved addresses refuses it
+    even without the static rule for local names."""
+    target = addresses.parse("http://localhost:9/x")
+    resolved = addresses.resolve(target, 5)
+    assert resolved and all(a.is_loopback for a in resolved)
+    with pytest.raises(addresses.UnsafeURL, match="resolves to"):
+        addresses.check_resolved(target, resolved, allow_private=False)
+    addresses.check_resolved(target, resolved, allow_private=True)  # the laptop setting
+
+
+def test_sending_time_guard_refuses_a_loopback_receiver(http, receiver, engine, fast, make_server, org):
+    """A webhook accepted while private targets were allowed, sent by a worker that does not
+    allow them: the receiver gets nothing, the attempt is a permanent refusal, and simulate
+    on a strict server answers 422."""
+    settings = fast(webhook_allow_private=False)
+    settle(engine, fast())
+    hook = http.post("/webhooks", json={"url": receiver.url}).json()["webhook"]
+    assert http.post(f"/webhooks/{hook['id']}/simulate", json={"event": "REWARDS.CANCELED"}).status_code == 200
+
+    log = wait_for(lambda: http.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"],
+                   settings=settings, engine=engine)
+    time.sleep(0.2)
+    assert receiver.requests == []
+    assert log[0]["status"] == "FAILED" and log[0]["will_retry"] is False
+    assert "refused" in log[0]["error"] and "loopback" in log[0]["error"]
+    with db.read(engine) as conn:
+        statuses = conn.execute(select(jobs.c.status).where(jobs.c.organization_id == org.id,
+                                                            jobs.c.kind == "deliver_webhook")).scalars().all()
+    assert statuses == ["dead"]
+
+    strict = make_server(webhook_allow_private=False)
+    with org.http() as client:
+        client.base_url = f"{strict.url}/api/v2"
+        refused = client.post(f"/webhooks/{hook['id']}/simulate", json={"event": "REWARDS.CANCELED"})
+        assert refused.status_code == 422 and "loopback" in refused.json()["errors"]["payload"]["url"][0]
+        delivery_id = log[0]["id"]
+        resent = client.post(f"/webhooks/{hook['id']}/deliveries/{delivery_id}/resend")
+        assert resent.status_code == 422, resent.text
+    assert http.delete(f"/webhooks/{hook['id']}").status_code == 204
+
+
+@pytest.mark.parametrize("url", [
+    "ftp://example.com/x", "http://", "http:///x", "http://exa mple.com/", "http://a\\@127.0.0.1/",
+    "http://[::1/", "http://[zz::1]/", "http://host:99999/", "http://host:0/", "http://" + "a" * 300 + ".com/",
+    "http://xn--/", "javascript:alert(1)", "http://example.com/\u0000", "http://ex\u00e4mple.com:80/p\u00e4th",
+])
+def test_malformed_urls_never_500(http, url):
+    # Through the shared server (private targets allowed): it resolves no name at creation,
+    # so no DNS query leaves the machine.
+    response = http.post("/webhooks", json={"url": url})
+    assert response.status_code in (200, 400), response.text
+    if response.status_code == 200:
+        assert http.delete(f"/webhooks/{response.json()['webhook']['id']}").status_code == 204
