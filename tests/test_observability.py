@@ -1,0 +1,227 @@
+"""What an operator watches (docs/operations.md): request IDs, log lines, /metrics, /readyz.
+
+Log lines are read from a real `largesse serve` process's output; metrics are scraped over
+HTTP, from the shared test server and from `largesse serve --workers 2`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from largesse import db
+from largesse.bootstrap import prepare
+from largesse.config import Settings
+from largesse.ops import logs
+from tests.conftest import ServerThread, free_port, order_body
+
+LARGESSE = str(Path(sys.executable).parent / "largesse")
+GENERATED_ID = re.compile(r"[0-9a-f]{24}")
+
+
+def _serve(tmp_path: Path, *args: str, env: dict | None = None):
+    """Start `largesse serve` on a fresh SQLite database; returns (process, base URL, log path, org JSON)."""
+    env = {**os.environ, "LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'obs.sqlite3'}",
+           "LARGESSE_MAIL_DIR": str(tmp_path / "mail"), "LARGESSE_RUN_WORKER": "0", **(env or {})}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    created = subprocess.run([LARGESSE, "org", "create", "--name", "Obs", "--member-email", "jane.doe@example.com",
+                              "--json"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert created.returncode == 0, created.stderr
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as out:
+        process = subprocess.Popen([LARGESSE, "serve", "--port", str(port), *args], env=env, cwd=tmp_path,
+                                   stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        assert process.poll() is None, log_path.read_text()
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "largesse serve did not start"
+        time.sleep(0.1)
+    return process, base, log_path, json.loads(created.stdout)
+
+
+def _stop(process) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def test_one_json_log_line_per_request_without_secrets(tmp_path):
+    process, base, log_path, org = _serve(tmp_path, env={"LARGESSE_LOG_FORMAT": "json"})
+    key, email = org["api_key"], "jane.doe@example.com"
+    auth = {"Authorization": f"Bearer {key}"}
+    sent = []
+    try:
+        with httpx.Client(base_url=base, timeout=10) as client:
+            created = client.post("/api/v2/orders", headers={**auth, "X-Request-ID": "trace-abc_123"},
+                                  json=order_body(email, denomination=5, method="LINK"))
+            assert created.status_code == 200, created.text
+            assert created.headers["X-Request-ID"] == "trace-abc_123"
+            sent.append(("trace-abc_123", "POST", "/api/v2/orders", 200))
+            link = created.json()["order"]["rewards"][0]["delivery"]["link"]
+            token = link.rsplit("/", 1)[1]
+
+            page = client.get(f"/redeem/{token}", headers={"X-Request-ID": "has spaces and ümlauts".encode()})
+            assert page.status_code == 200
+            assert GENERATED_ID.fullmatch(page.headers["X-Request-ID"])  # not sane: replaced
+            sent.append((page.headers["X-Request-ID"], "GET", "/redeem/<token>", 200))
+
+            too_long = client.get("/healthz", headers={"X-Request-ID": "a" * 200})
+            assert GENERATED_ID.fullmatch(too_long.headers["X-Request-ID"])
+            sent.append((too_long.headers["X-Request-ID"], "GET", "/healthz", 200))
+
+            bad_key = client.get("/api/v2/orders", headers={"Authorization": "Bearer LRG_SANDBOX_not-a-real-key-1234"})
+            assert bad_key.status_code == 401 and bad_key.headers["X-Request-ID"]
+            sent.append((bad_key.headers["X-Request-ID"], "GET", "/api/v2/orders", 401))
+
+            by_email = client.get(f"/api/v2/orders/{email}", headers=auth)  # an external_id that is an address
+            assert by_email.status_code in (400, 404) and by_email.headers["X-Request-ID"]
+            sent.append((by_email.headers["X-Request-ID"], "GET", None, by_email.status_code))
+
+            unknown = client.get("/no/such/route")
+            assert unknown.status_code == 404 and unknown.headers["X-Request-ID"]
+            sent.append((unknown.headers["X-Request-ID"], "GET", "/no/such/route", 404))
+    finally:
+        _stop(process)
+
+    text = log_path.read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    ids = {rid for rid, *_ in sent}  # (the startup wait's /healthz polls have lines too)
+    access = [line for line in lines if line["logger"] == "largesse.access" and line["request_id"] in ids]
+    assert len(access) == len(sent), access
+    for (rid, method, path, status), line in zip(sent, access, strict=True):
+        assert line["request_id"] == rid and line["method"] == method and line["status"] == status
+        assert isinstance(line["duration_ms"], float | int) and line["duration_ms"] >= 0
+        assert line["route"] and line["ts"] and line["level"] == "info"
+        if path:
+            assert line["path"] == path
+    assert access[0]["route"] == "/api/v2/orders"
+    assert access[-1]["route"] == "<unmatched>"
+    # Secrets: the API key, the redemption token, the full email address appear nowhere.
+    assert key not in text and key[12:] not in text
+    assert token not in text
+    assert "LRG_SANDBOX_not-a-real-key-1234" not in text
+    assert email not in text and "j***@example.com" in text
+
+
+def test_text_log_lines(server, org, http):
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.TextFormatter())
+    access = logging.getLogger("largesse.access")
+    previous = access.level
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:
+        response = http.get("/orders", headers={"X-Request-ID": "text-1"})
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(previous)
+    assert response.status_code == 200 and response.headers["X-Request-ID"] == "text-1"
+    line = stream.getvalue().strip()
+    assert re.fullmatch(r"\S+Z INFO largesse.access: request request_id=text-1 method=GET path=/api/v2/orders "
+                        r"route=/api/v2/orders status=200 duration_ms=[0-9.]+", line), line
+
+
+def test_redact():
+    line = ("sent to Jane.Doe+tag@mail.example.com via smtp://user:hunter2@smtp.example.com:587 with "
+            "Authorization: Bearer abc.def key LRG_PROD_AbCdEf012345-_x link https://r.example/redeem/Tok3n_x?a=1")
+    masked = logs.redact(line)
+    for secret in ("Jane.Doe", "hunter2", "abc.def", "AbCdEf012345", "Tok3n_x"):
+        assert secret not in masked, masked
+    assert "J***@mail.example.com" in masked and "LRG_PROD_***" in masked and "/redeem/<token>" in masked
+    assert logs.redact("GET /api/v2/orders 200") == "GET /api/v2/orders 200"
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    """{label text: value} of one metric's samples in an exposition text."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            labels, _, value = line.rpartition(" ")
+            found[labels[len(name):]] = float(value)
+    return found
+
+
+def test_metrics(server, org, http, backend):
+    before = httpx.get(f"{server.url}/metrics").text
+    order = http.post("/orders", json=order_body(org.member_email, denomination=25)).json()["order"]
+    assert http.get(f"/orders/{order['id']}").status_code == 200
+    response = httpx.get(f"{server.url}/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+
+    def delta(name: str, labels: str) -> float:
+        return _samples(text, name).get(labels, 0) - _samples(before, name).get(labels, 0)
+
+    assert delta("largesse_orders_created_total", '{currency="USD"}') == 1
+    assert delta("largesse_order_amount_cents_total", '{currency="USD"}') == order["payment"]["total"] * 100
+    count = '{method="GET",route="/api/v2/orders/{order_id}",status="200"}'
+    assert delta("largesse_http_request_duration_seconds_count", count) >= 1
+    assert order["id"] not in text  # route templates, never raw paths
+    assert _samples(text, "largesse_database_up") == {"": 1.0}
+    jobs = _samples(text, "largesse_jobs")
+    assert jobs.get('{kind="deliver_reward",status="queued"}', 0) >= 1  # this server runs no worker
+    assert _samples(text, "largesse_jobs_oldest_due_seconds")[""] >= 0
+
+
+def test_readyz_says_when_migrations_are_behind(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ready.sqlite3'}"
+    engine = db.make_engine(url)
+    prepare(engine)
+    server = ServerThread(Settings(database_url=url, mail_dir=str(tmp_path), run_worker=False), engine).start()
+    try:
+        ready = httpx.get(f"{server.url}/readyz")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        head = ready.json()["migration"]
+        with sqlite3.connect(tmp_path / "ready.sqlite3") as conn:
+            conn.execute("UPDATE alembic_version SET version_num = '0001'")
+        behind = httpx.get(f"{server.url}/readyz")
+        assert behind.status_code == 503 and behind.headers["Retry-After"]
+        assert behind.json()["errors"]["payload"] == {"migrations": ["not current"]}
+        with sqlite3.connect(tmp_path / "ready.sqlite3") as conn:
+            conn.execute("UPDATE alembic_version SET version_num = ?", (head,))
+        assert httpx.get(f"{server.url}/readyz").status_code == 200
+    finally:
+        server.stop()
+        engine.dispose()
+
+
+@pytest.mark.parametrize("workers", [2])
+def test_metrics_add_up_across_worker_processes(tmp_path, workers):
+    process, base, log_path, _ = _serve(tmp_path, "--workers", str(workers))
+    try:
+        sent = 40
+        for _ in range(sent):  # a new connection each: the kernel spreads them over the processes
+            assert httpx.get(f"{base}/healthz").status_code == 200
+        pids, counts = set(), set()
+        for _ in range(6):
+            text = httpx.get(f"{base}/metrics").text
+            counts.add(_samples(text, "largesse_http_request_duration_seconds_count")
+                       .get('{method="GET",route="/healthz",status="200"}'))
+        log = log_path.read_text()
+        pids = set(re.findall(r"Started server process \[(\d+)\]", log))
+    finally:
+        _stop(process)
+    assert len(pids) == workers, log
+    # Whichever process answered the scrape, it reported every process's requests (+ readiness polls).
+    assert len(counts) == 1 and counts.pop() >= sent, counts
