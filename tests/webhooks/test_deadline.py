@@ -50,7 +50,7 @@ def test_response_is_read_up_to_the_cap():
                         interval=0.01)
     try:
         target = addresses.parse(trickler.url)
-        answer = sender.post(target, target.literal, b"{}", {"Content-Type": "application/json"},
+        answer = sender.post(target, [target.literal], b"{}", {"Content-Type": "application/json"},
                              time.monotonic() + 5)
     finally:
         trickler.close()

@@ -246,12 +246,12 @@ def check_for_create(url: str, allow_private: bool) -> Target:
     return target
 
 
-def check_for_send(url: str, allow_private: bool, deadline: float) -> tuple[Target, IPAddress]:
-    """At sending: resolve once, check every address, and return the one to connect to.
+def check_for_send(url: str, allow_private: bool, deadline: float) -> tuple[Target, list[IPAddress]]:
+    """At sending: resolve once, check every address, and return them to connect to.
     UnsafeURL is a refusal (never retried into success by waiting); ResolutionFailed is
     temporary."""
     target = parse(url)
     check_static(target, allow_private)
     addresses = resolve(target, deadline - time.monotonic())
     check_resolved(target, addresses, allow_private)
-    return target, addresses[0]
+    return target, addresses

@@ -74,20 +74,28 @@ class _DeadlineStream(httpcore.NetworkStream):
 
 
 class _PinnedBackend(httpcore.NetworkBackend):
-    """Connects to the checked address whatever host the request names."""
+    """Connects to the checked addresses (the first that accepts, in resolver order), whatever
+    host the request names."""
 
-    def __init__(self, address: IPAddress, deadline: float):
-        self.address = str(address)
+    def __init__(self, addresses: list[IPAddress], deadline: float):
+        self.addresses = [str(a) for a in addresses]
         self.deadline = deadline
         self.inner = httpcore.SyncBackend()
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options=None) -> httpcore.NetworkStream:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise httpcore.ConnectTimeout("the delivery deadline passed")
-        stream = self.inner.connect_tcp(self.address, port, timeout=left, socket_options=socket_options)
-        return _DeadlineStream(stream, self.deadline)
+        error: Exception = httpcore.ConnectError("no address to connect to")
+        for address in self.addresses:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise httpcore.ConnectTimeout("the delivery deadline passed")
+            try:
+                stream = self.inner.connect_tcp(address, port, timeout=left, socket_options=socket_options)
+            except httpcore.ConnectError as exc:  # e.g. ::1 refused, 127.0.0.1 listening: try the next
+                error = exc
+                continue
+            return _DeadlineStream(stream, self.deadline)
+        raise error
 
     def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options=None):
         raise httpcore.ConnectError("webhooks are never sent to a unix socket")
@@ -103,15 +111,16 @@ def _tls() -> ssl.SSLContext:
     return _ssl_context
 
 
-def post(target: Target, address: IPAddress, body: bytes, headers: dict[str, str], deadline: float) -> Answer:
-    """POST body to target through address; the answer, or SendFailed (deadline included)."""
+def post(target: Target, addresses: list[IPAddress], body: bytes, headers: dict[str, str],
+         deadline: float) -> Answer:
+    """POST body to target through one of the (checked) addresses; the answer, or SendFailed."""
     header_list = [(b"Host", target.host_header.encode("ascii")), (b"Content-Length", str(len(body)).encode())]
     header_list += [(name.encode("ascii"), value.encode("latin-1")) for name, value in headers.items()]
     url = httpcore.URL(scheme=target.scheme, host=target.host, port=target.port, target=target.path)
     left = max(0.001, deadline - time.monotonic())
     timeouts = {"connect": left, "read": left, "write": left, "pool": left}
     try:
-        with httpcore.ConnectionPool(ssl_context=_tls(), network_backend=_PinnedBackend(address, deadline),
+        with httpcore.ConnectionPool(ssl_context=_tls(), network_backend=_PinnedBackend(addresses, deadline),
                                      max_connections=1, retries=0) as pool:
             with pool.stream("POST", url, headers=header_list, content=body,
                              extensions={"timeout": timeouts}) as response:
@@ -126,7 +135,8 @@ def post(target: Target, address: IPAddress, body: bytes, headers: dict[str, str
     except httpcore.TimeoutException:
         raise SendFailed("no complete answer before the delivery deadline") from None
     except httpcore.ConnectError as exc:
-        raise SendFailed(f"cannot connect to {address} port {target.port}: {exc or 'refused'}") from None
+        where = ", ".join(str(a) for a in addresses)
+        raise SendFailed(f"cannot connect to {where} port {target.port}: {exc or 'refused'}") from None
     except (httpcore.ProtocolError, httpcore.NetworkError, httpcore.UnsupportedProtocol) as exc:
         raise SendFailed(f"{type(exc).__name__}: {exc}") from None
     except (OSError, ValueError) as exc:  # e.g. TLS failures surfacing outside httpcore's mapping

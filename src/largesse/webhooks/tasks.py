@@ -75,7 +75,7 @@ def _attempt(ctx, hook, job, deadline: float) -> int:
         log.error("webhook %s: %s", hook.id, exc)
         raise _Failed(str(exc), permanent=False) from None
     try:
-        target, address = addresses.check_for_send(hook.url, settings.webhook_allow_private, deadline)
+        target, resolved = addresses.check_for_send(hook.url, settings.webhook_allow_private, deadline)
     except addresses.UnsafeURL as exc:  # waiting does not make an internal address acceptable
         raise _Failed(f"refused to send to {hook.url}: url {exc}", permanent=True) from None
     except addresses.ResolutionFailed as exc:
@@ -87,7 +87,7 @@ def _attempt(ctx, hook, job, deadline: float) -> int:
         credentials = f"{unquote(target.username)}:{unquote(target.password or '')}".encode()
         headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode("ascii")
     try:
-        answer = sender.post(target, address, raw, headers, deadline)
+        answer = sender.post(target, resolved, raw, headers, deadline)
     except sender.SendFailed as exc:
         raise _Failed(f"webhook POST failed: {exc}", permanent=False) from None
     if not 200 <= answer.status < 300:
