@@ -12,10 +12,12 @@ in-process writer lock held past it, answer 503 too.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import glob
 import json
 import os
+import secrets
 import shutil
 import sqlite3
 import subprocess
@@ -28,9 +30,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import exc as sa_exc
 
-from largesse import db
+from largesse import db, web
 from largesse.config import Settings
+from largesse.ops import metrics
 from tests.conftest import GIFT_CARD_USD, ServerThread, create_org, free_port, order_body
 
 LARGESSE = str(Path(sys.executable).parent / "largesse")
@@ -272,3 +276,89 @@ def test_sqlite_writer_lock_held_past_the_wait_answers_503(sqlite_server):
         release.set()
         thread.join()
     assert _order(org).status_code == 200
+
+
+# --- PostgreSQL serialization failures and deadlocks are re-run (db.retrying, web.write_db) ---
+
+@pytest.fixture
+def pg_table(engine, backend):
+    if backend != "postgresql":
+        pytest.skip("serialization failures and deadlocks are PostgreSQL's")
+    name = f"retry_probe_{secrets.token_hex(4)}"
+    with db.write(engine) as conn:
+        conn.exec_driver_sql(f"CREATE TABLE {name} (id int PRIMARY KEY, n int NOT NULL)")
+        conn.exec_driver_sql(f"INSERT INTO {name} VALUES (1, 0), (2, 0)")
+    yield name
+    with db.write(engine) as conn:
+        conn.exec_driver_sql(f"DROP TABLE {name}")
+
+
+def _retries(reason: str) -> float:
+    return metrics.DB_RETRIES.labels(reason)._value.get()
+
+
+def test_write_db_reruns_a_transaction_after_a_serialization_failure(engine, pg_table):
+    attempts = []
+    before = _retries("serialization_failure")
+
+    def work(conn):
+        attempts.append(1)
+        conn.exec_driver_sql(f"UPDATE {pg_table} SET n = n + 1 WHERE id = 1")
+        if len(attempts) == 1:  # a real PostgreSQL error with SQLSTATE 40001, first attempt only
+            conn.exec_driver_sql("DO $$ BEGIN RAISE EXCEPTION 'provoked' USING ERRCODE = '40001'; END $$")
+        return len(attempts)
+
+    assert asyncio.run(web.write_db(engine, work)) == 2
+    with db.read(engine) as conn:  # the failed attempt's update was rolled back: counted once
+        assert conn.exec_driver_sql(f"SELECT n FROM {pg_table} WHERE id = 1").scalar() == 1
+    assert _retries("serialization_failure") == before + 1
+
+
+def test_retries_are_bounded_and_other_errors_are_not_retried(engine, pg_table):
+    attempts = []
+
+    def always_fails(conn):
+        attempts.append(1)
+        conn.exec_driver_sql("DO $$ BEGIN RAISE EXCEPTION 'provoked' USING ERRCODE = '40P01'; END $$")
+
+    with pytest.raises(sa_exc.OperationalError) as raised:
+        asyncio.run(web.write_db(engine, always_fails))
+    assert len(attempts) == db.RETRY_ATTEMPTS and db.is_unavailable(raised.value)  # the API answers 503
+
+    attempts.clear()
+
+    def duplicate(conn):
+        attempts.append(1)
+        conn.exec_driver_sql(f"INSERT INTO {pg_table} VALUES (1, 0)")
+
+    with pytest.raises(sa_exc.IntegrityError):
+        asyncio.run(web.write_db(engine, duplicate))
+    assert len(attempts) == 1
+
+
+def test_a_real_deadlock_is_resolved_by_rerunning_the_victim(engine, pg_table):
+    """Two transactions lock rows 1 and 2 in opposite orders; PostgreSQL aborts one (40P01)
+    after deadlock_timeout, db.retrying runs it again, and both complete."""
+    barrier = threading.Barrier(2)
+    attempts: dict[str, int] = {"a": 0, "b": 0}
+    before = _retries("deadlock")
+
+    def transfer(name: str, first: int, second: int):
+        def run():
+            attempts[name] += 1
+            with db.write(engine) as conn:
+                conn.exec_driver_sql(f"UPDATE {pg_table} SET n = n + 1 WHERE id = {first}")
+                if attempts[name] == 1:
+                    barrier.wait(10)  # both hold their first row now
+                conn.exec_driver_sql(f"UPDATE {pg_table} SET n = n + 1 WHERE id = {second}")
+
+        db.retrying(run)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        done = [pool.submit(transfer, "a", 1, 2), pool.submit(transfer, "b", 2, 1)]
+        for future in done:
+            future.result(timeout=30)
+    with db.read(engine) as conn:
+        assert conn.exec_driver_sql(f"SELECT n FROM {pg_table} ORDER BY id").scalars().all() == [2, 2]
+    assert sorted(attempts.values()) == [1, 2]
+    assert _retries("deadlock") == before + 1
