@@ -9,6 +9,8 @@ redeem-payout-phone.png; commit them when the page changes.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -24,7 +26,9 @@ from largesse.bootstrap import prepare
 from largesse.config import Settings
 from largesse.orgs import service as orgs
 
-CHROMIUM = "/usr/bin/chromium"
+# The browser is Debian's chromium (never one Playwright downloads): LARGESSE_CHROMIUM, else
+# `chromium` on PATH, else /usr/bin/chromium, as in the browser tests.
+CHROMIUM = os.environ.get("LARGESSE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 PRODUCTS = ["PGCNWBOOKS01US", "PGCHRBRCOF01US", "PGCALPOUTF01US", "PCHOCEANTR01US"]

@@ -7,16 +7,17 @@ trusts from 127.0.0.1), so the per-IP rate limit of one test never trips another
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import secrets
-from pathlib import Path
+import shutil
 
 import httpx
 import pytest
 
 from tests.conftest import order_body
 
-CHROMIUM = "/usr/bin/chromium"
+DEFAULT_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
@@ -70,15 +71,48 @@ def inventory_product(engine, *, codes: list[str], fulfillment: str | None = "in
     return product_id
 
 
+def _flag(name: str) -> bool | None:
+    value = os.environ.get(name, "").strip().lower()
+    return None if value == "" else value in ("1", "true", "yes")
+
+
+def browser_required() -> bool:
+    """LARGESSE_REQUIRE_BROWSER=1 (or CI=true, unless LARGESSE_REQUIRE_BROWSER=0): a missing
+    browser fails the tests instead of skipping them, as a missing PostgreSQL does."""
+    required = _flag("LARGESSE_REQUIRE_BROWSER")
+    return bool(_flag("CI")) if required is None else required
+
+
+def chromium_path() -> tuple[str | None, str]:
+    """(executable or None, where it was looked for): LARGESSE_CHROMIUM, else chromium on
+    PATH, else /usr/bin/chromium. Always Debian's (or the operator's) build: Playwright
+    never downloads one here."""
+    configured = os.environ.get("LARGESSE_CHROMIUM", "").strip()
+    if configured:
+        found = shutil.which(configured)  # an executable path, or a name on PATH
+        return found, f"LARGESSE_CHROMIUM={configured}"
+    found = shutil.which("chromium") or shutil.which(DEFAULT_CHROMIUM)
+    return found, f"`chromium` on PATH or {DEFAULT_CHROMIUM}"
+
+
 @pytest.fixture(scope="session")
 def browser():
     """One headless Chromium for the whole session (Debian's, driven by Playwright)."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (run `make browser`); browser tests skipped")
+    executable, looked = chromium_path()
+    if executable is None:
+        why = f"no Chromium found ({looked}); run `make browser` or set LARGESSE_CHROMIUM=/path/to/chromium"
+        if browser_required():
+            pytest.fail(f"the browser tests are required (CI or LARGESSE_REQUIRE_BROWSER) but {why}",
+                        pytrace=False)
+        pytest.skip(why)
     from playwright.sync_api import sync_playwright
 
     playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    try:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    except Exception:
+        playwright.stop()
+        raise
     yield browser
     browser.close()
     playwright.stop()

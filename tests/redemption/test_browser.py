@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from tests.redemption.conftest import CHARITY, COFFEE, GIFT_CARD, link_reward
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.redemption.conftest import CHARITY, COFFEE, GIFT_CARD, browser_required, chromium_path, link_reward
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_journey_in_the_browser(org, browser_page):
@@ -46,3 +55,47 @@ def test_keyboard_only_selection(org, browser_page):
     page.keyboard.press("Enter")
     page.wait_for_selector("#code-value")
     assert page.get_by_role("heading", level=1).inner_text() == "Your Harbor Coffee Co."
+
+
+# --- finding the browser: a missing one skips on a laptop, fails in CI --------------------
+
+
+@pytest.mark.parametrize(("ci", "require", "expected"), [
+    (None, None, False), ("true", None, True), ("true", "0", False), (None, "1", True), ("false", "yes", True),
+])
+def test_browser_required_under_ci_or_the_variable(monkeypatch, ci, require, expected):
+    for name, value in (("CI", ci), ("LARGESSE_REQUIRE_BROWSER", require)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert browser_required() is expected
+
+
+def test_chromium_path_setting_then_path(monkeypatch, tmp_path):
+    fake = tmp_path / "chromium"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("LARGESSE_CHROMIUM", str(fake))
+    assert chromium_path()[0] == str(fake)
+    monkeypatch.setenv("LARGESSE_CHROMIUM", str(tmp_path / "missing"))
+    found, looked = chromium_path()
+    assert found is None and "LARGESSE_CHROMIUM=" in looked  # a wrong setting is not papered over
+    monkeypatch.delenv("LARGESSE_CHROMIUM")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert chromium_path()[0] == str(fake)
+
+
+def test_missing_browser_fails_the_run_in_ci(tmp_path):
+    """The real fixture, in a pytest process of its own, with CI=true and no browser."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LARGESSE_REQUIRE_BROWSER", "LARGESSE_REQUIRE_POSTGRES", "PYTEST_ADDOPTS")}
+    env.update(CI="true", LARGESSE_CHROMIUM=str(tmp_path / "no-chromium-here"))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rA",
+         "tests/redemption/test_browser.py::test_keyboard_only_selection[sqlite]"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    output = run.stdout + run.stderr
+    assert run.returncode == 1, output
+    assert "the browser tests are required" in output and "no-chromium-here" in output, output
+    assert "1 error in" in output and "skip" not in output.lower(), output
