@@ -1,5 +1,6 @@
 """Signing keys: hidden from read-only API keys, encrypted at rest, rotatable, migrated."""
 
+import secrets
 import sqlite3
 from pathlib import Path
 
@@ -76,12 +77,37 @@ def test_rotation_and_wrong_secret(org, http, engine, make_server, base_settings
     assert http.delete(f"/webhooks/{created['id']}").status_code == 204
 
 
-def test_migration_encrypts_existing_plaintext_keys(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
-    engine = sa.create_engine(url)  # no foreign keys: the row needs no organization
+@pytest.fixture(params=["sqlite", "postgresql"])
+def old_database(request, tmp_path):
+    """An empty database of either backend, for migrating from revision 0005."""
+    if request.param == "sqlite":
+        engine = sa.create_engine(f"sqlite:///{tmp_path / 'old.sqlite3'}")  # foreign keys off
+        yield engine
+        engine.dispose()
+        return
+    import psycopg
+
+    from tests.conftest import PG_ADMIN_URL, _pg_reachable
+
+    if not _pg_reachable():
+        pytest.skip("PostgreSQL not reachable")
+    name = f"largesse_mig_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    engine = db.make_engine(PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
+    yield engine
+    engine.dispose()
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_migration_encrypts_existing_plaintext_keys(old_database, monkeypatch):
+    engine = old_database
     upgrade(engine, "0005")
     plaintext = "ab" * 32
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":  # the row needs no organization (superuser test role)
+            conn.execute(sa.text("SET LOCAL session_replication_role = replica"))
         conn.execute(sa.text("INSERT INTO webhooks (id, organization_id, url, private_key, created_at, updated_at) "
                              "VALUES ('HOOK0001', 'ORG00001', 'http://127.0.0.1:9/', :k, '2026-01-01', '2026-01-01')"),
                      {"k": plaintext})
@@ -97,7 +123,6 @@ def test_migration_encrypts_existing_plaintext_keys(tmp_path, monkeypatch):
         command.downgrade(cfg, "0005")
         conn.commit()
         assert conn.execute(sa.text("SELECT private_key FROM webhooks")).scalar_one() == plaintext
-    engine.dispose()
 
 
 def test_key_file_is_created_once(tmp_path):

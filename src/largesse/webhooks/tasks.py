@@ -82,7 +82,7 @@ def _attempt(ctx, hook, job, deadline: float) -> int:
         raise _Failed(str(exc), permanent=False) from None
     raw = service.encode(job.payload)
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
-               **signatures.headers(key, str(job.payload.get("uuid", "")), int(time.time()), raw)}
+               **signatures.headers(key, str(job.payload.get("uuid") or f"job-{job.id}"), int(time.time()), raw)}
     if target.username is not None:  # credentials in the URL: HTTP Basic, as httpx sent them
         credentials = f"{unquote(target.username)}:{unquote(target.password or '')}".encode()
         headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode("ascii")
