@@ -102,3 +102,30 @@ def test_delivery_routes_never_500(http, receiver):
         response = http.get(path)
         assert response.status_code in (400, 404), (path, response.text)
         assert http.post(path + "/resend").status_code in (400, 404, 405)
+
+
+def test_log_keeps_thirty_days(http, receiver, engine, fast):
+    from datetime import timedelta
+
+    from largesse.timeutil import utcnow
+    from largesse.webhooks.models import webhook_deliveries
+
+    settings = fast()
+    settle(engine, settings)
+    hook = http.post("/webhooks", json={"url": receiver.url}).json()["webhook"]
+    org_id = None
+    with db.read(engine) as conn:
+        from largesse.webhooks.models import webhooks
+
+        org_id = conn.execute(select(webhooks.c.organization_id).where(webhooks.c.id == hook["id"])).scalar_one()
+    old = utcnow() - timedelta(days=31)
+    with db.write(engine) as conn:
+        conn.execute(webhook_deliveries.insert().values(
+            id="OLDDELIVERY0001" + hook["id"][:5], organization_id=org_id, webhook_id=hook["id"], job_id=None,
+            event="ORDERS.CREATED", event_uuid="old", url=receiver.url, attempt=1, status="FAILED",
+            will_retry=False, response_status=500, duration_ms=1, error="old", started_at=old, finished_at=old))
+    assert http.get(f"/webhooks/{hook['id']}/deliveries").json()["total_count"] == 1
+    http.post(f"/webhooks/{hook['id']}/simulate", json={"event": "ORDERS.CREATED"})
+    wait_for(lambda: receiver.requests, settings=settings, engine=engine)
+    log = http.get(f"/webhooks/{hook['id']}/deliveries").json()
+    assert log["total_count"] == 1 and log["deliveries"][0]["event_uuid"] != "old"

@@ -9,7 +9,9 @@ receiver that did get it after all dedupes it), queued through the outbox like a
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, func, select
+from datetime import timedelta
+
+from sqlalchemy import Connection, delete, func, select
 
 from largesse import db
 from largesse.delivery import jobs as job_queue
@@ -21,6 +23,9 @@ from largesse.webhooks.models import webhook_deliveries
 
 SUCCEEDED, FAILED = "SUCCEEDED", "FAILED"
 MAX_ERROR_CHARS = 1000
+# The log keeps 30 days per webhook: each new row removes its webhook's older ones (an
+# index range on (webhook_id, started_at)), so the table cannot grow without bound.
+RETENTION = timedelta(days=30)
 
 
 def record(conn: Connection, *, hook, job, status: str, will_retry: bool, response_status: int | None,
@@ -34,6 +39,8 @@ def record(conn: Connection, *, hook, job, status: str, will_retry: bool, respon
         duration_ms=duration_ms, error=error[:MAX_ERROR_CHARS] if error else None,
         started_at=started_at, finished_at=finished_at,
     ))
+    conn.execute(delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == hook.id,
+                                                  webhook_deliveries.c.started_at < started_at - RETENTION))
     return delivery_id
 
 
