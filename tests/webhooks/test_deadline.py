@@ -67,3 +67,18 @@ def test_connection_refused_is_a_temporary_failure(http, engine, fast):
     delivery, _ = _deliver_one(http, engine, settings, url)
     assert delivery["status"] == "FAILED" and delivery["will_retry"] is True
     assert "cannot connect" in delivery["error"]
+
+
+def test_redirects_are_not_followed(http, engine, fast, receiver):
+    """A 3xx is a failed attempt; the Location (here another loopback receiver) gets nothing."""
+    settings = fast(job_retry_base_seconds=60, job_retry_max_seconds=60)
+    settle(engine, settings)
+    redirect = (b"HTTP/1.1 307 Temporary Redirect\r\nLocation: " + receiver.url.encode()
+                + b"\r\nContent-Length: 0\r\n\r\n")
+    redirector = Trickler(redirect, b"")
+    try:
+        delivery, _ = _deliver_one(http, engine, settings, redirector.url)
+    finally:
+        redirector.close()
+    assert delivery["status"] == "FAILED" and delivery["response_status"] == 307
+    assert receiver.requests == []
