@@ -50,17 +50,16 @@ def mask_email(address: str) -> str:
     return f"{local[:1]}***@{domain}" if at else "***"
 
 
-# Attributes of a LogRecord that are not "extra" fields.
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "color_message"}
-
-
+# Structured fields travel as one dict, `log.info("request", extra={"fields": {...}})`: the
+# formatters print exactly those, in order, without scanning the record's attributes.
 class TextFormatter(logging.Formatter):
     """`2026-01-01T12:00:00.123Z INFO largesse.access request_id=... method=GET ...`"""
 
     def format(self, record: logging.LogRecord) -> str:
-        fields = [f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")]
+        extra = record.__dict__.get("fields") or {}
+        fields = [f"{k}={v}" for k, v in extra.items()]
         rid = request_id.get()
-        if rid and "request_id" not in record.__dict__:
+        if rid and "request_id" not in extra:
             fields.insert(0, f"request_id={rid}")
         line = f"{_timestamp(record.created)} {record.levelname} {record.name}: {record.getMessage()}"
         if fields:
@@ -79,16 +78,22 @@ class JsonFormatter(logging.Formatter):
         rid = request_id.get()
         if rid:
             data["request_id"] = rid
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                data[key] = value
+        extra = record.__dict__.get("fields")
+        if extra:
+            data.update(extra)
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
         return redact(orjson.dumps(data, default=str).decode())
 
 
+_second: list = [None, ""]  # the last second formatted: one strftime per second, not per line
+
+
 def _timestamp(created: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+    second = int(created)
+    if _second[0] != second:
+        _second[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))]
+    return f"{_second[1]}.{int(created % 1 * 1000):03d}Z"
 
 
 def formatter_class(log_format: str) -> type[logging.Formatter]:

@@ -83,9 +83,9 @@ class ObservabilityMiddleware:
             method = scope["method"]
             metrics.observe_request(method, template, status, seconds)
             if access_log.isEnabledFor(logging.INFO):
-                access_log.info("request", extra={
+                access_log.info("request", extra={"fields": {
                     "request_id": rid_text, "method": method, "path": loggable_path(scope["path"]),
-                    "route": template, "status": status, "duration_ms": round(seconds * 1000, 2)})
+                    "route": template, "status": status, "duration_ms": round(seconds * 1000, 2)}})
             logs.request_id.reset(token)
 
     async def _error_response(self, scope, exc: Exception, send) -> int:
