@@ -178,15 +178,18 @@ def test_postgresql_restart_stop_and_return(cluster, served):
 
         # 2. Stopped: every API request answers 503 quickly, with the error body and Retry-After.
         cluster.stop()
+        waits = []
         for method, path, headers, body in _requests(key) * 2:
             started = time.monotonic()
             response = _send(client, method, path, headers, body)
             elapsed = time.monotonic() - started
+            waits.append(elapsed)
             assert response.status_code == 503, (method, path, response.status_code, response.text)
             assert elapsed < DEADLINE_503, (method, path, elapsed)
             assert response.json() == {"errors": {"message": response.json()["errors"]["message"], "payload": {}}}
             assert response.headers["Retry-After"].isdigit()
             assert response.headers["X-Request-ID"]
+        print(f"\nPostgreSQL down: 503 in {1000 * min(waits):.1f}-{1000 * max(waits):.1f} ms")
         ready = client.get("/readyz")
         assert ready.status_code == 503 and set(ready.json()["errors"]) == {"message", "payload"}
         assert client.get("/healthz").status_code == 200
