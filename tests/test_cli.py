@@ -215,9 +215,11 @@ def test_ledger_verify_detects_a_tampered_balance(org, engine, cli):
         result = cli("ledger", "verify", check=False)
         assert result.returncode == 1 and org.funding_source_id in result.stdout
         report = _json(cli("ledger", "verify", "--json", check=False))
-        assert report["ok"] is False and report["problems"][0]["id"] == org.funding_source_id
+        assert report["ok"] is False and org.funding_source_id in [p["id"] for p in report["problems"]]
     finally:
         with db.write(engine) as conn:
             conn.execute(text("UPDATE funding_sources SET available_cents = available_cents - 1 WHERE id = :id"),
                          {"id": org.funding_source_id})
-    assert cli("ledger", "verify").returncode == 0
+    # Other tests' organizations may carry deliberate inconsistencies: only this one's matter here.
+    report = _json(cli("ledger", "verify", "--json", check=False))
+    assert [p for p in report["problems"] if p["organization_id"] == org.id] == []

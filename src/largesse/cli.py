@@ -278,14 +278,24 @@ def balance_show(org: OrgOption, entries: Annotated[int, typer.Option(help="Ledg
 
 @ledger_app.command("verify")
 def ledger_verify(as_json: JsonFlag = False):
-    """Prove every balance equals the sum of its ledger and every order's debit its total."""
+    """Prove every money invariant: balances and running balances against the ledger, each order's
+    debit, rewards and refunds against its total, one refund per canceled or expired reward, one
+    payout per redeemed reward (the list is in funding/verify.py). Exits 1 on any finding."""
     from largesse.funding import service as funding
 
-    with db.read(open_engine()) as conn:
-        problems = funding.verify(conn)
+    engine = open_engine()
+    with engine.connect() as conn:
+        if conn.dialect.name == "postgresql":  # one snapshot for all the queries, on a live database too
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            problems = funding.verify(conn)
     data = {"ok": not problems, "problems": [p.__dict__ for p in problems]}
-    emit(data, as_json, "ledger OK: every balance equals its entries, every order its debit" if not problems
-           else "\n".join(f"MISMATCH {p.what} {p.id}: expected {p.expected}, found {p.actual}" for p in problems))
+    emit(data, as_json, "ledger OK: balances, running balances, order debits and totals, refunds and payouts agree"
+         if not problems else "\n".join(
+             f"MISMATCH {p.what} {p.id}: expected {p.expected}, found {p.actual}"
+             + (f" ({p.detail})" if p.detail else "") + (f" [organization {p.organization_id}]"
+                                                         if p.organization_id else "")
+             for p in problems) + f"\n{len(problems)} finding(s)")
     if problems:
         raise typer.Exit(1)
 

@@ -1,0 +1,181 @@
+"""`ledger verify` (funding.service.verify) finds each way a database's money can be made wrong.
+
+Each test builds a real history over HTTP and the redemption page, tampers with the database
+through SQL (as a bug or a hand edit would), expects the specific finding, then undoes the
+edit so the shared test database stays consistent for later tests.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import text
+
+from largesse import db
+from largesse.funding.service import Problem, verify
+from tests.factories import ok, place
+from tests.redemption.conftest import GIFT_CARD, csrf_of, link_reward, page_client
+
+
+def _findings(engine, org) -> list[Problem]:
+    """This organization's findings (other tests' organizations are not this test's business)."""
+    with db.read(engine) as conn:
+        return [p for p in verify(conn) if p.organization_id == org.id]
+
+
+def _sql(engine, statement: str, **params):
+    with db.write(engine) as conn:
+        return conn.execute(text(statement), params)
+
+
+def _one(engine, statement: str, **params):
+    with db.read(engine) as conn:
+        return conn.execute(text(statement), params).mappings().one()
+
+
+def _redeem(org) -> str:
+    reward_id, link = link_reward(org, denomination=30)
+    with page_client() as client:
+        token = csrf_of(client.get(link).text)
+        assert client.post(link, data={"csrf_token": token, "product_id": GIFT_CARD}).status_code == 303
+    return reward_id
+
+
+def _cancel(org, http) -> tuple[str, str]:
+    order = place(http, org.member_email, denomination=20)
+    reward_id = order["rewards"][0]["id"]
+    ok(http.post(f"/rewards/{reward_id}/cancel"))
+    return order["id"], reward_id
+
+
+def _what(problems: list[Problem]) -> set[tuple[str, str]]:
+    return {(p.what, p.id) for p in problems}
+
+
+def test_a_real_history_has_no_findings(org, http, engine):
+    place(http, org.member_email, denomination=10)
+    _cancel(org, http)
+    _redeem(org)
+    place(http, org.member_email, denomination=12.34)
+    assert _findings(engine, org) == []
+
+
+def test_deleted_refund_with_the_balance_lowered_to_match(org, http, engine):
+    order_id, reward_id = _cancel(org, http)
+    refund = dict(_one(engine, "SELECT * FROM ledger_entries WHERE reward_id = :r AND kind = 'reward_refund'",
+                       r=reward_id))
+    _sql(engine, "DELETE FROM ledger_entries WHERE id = :id", id=refund["id"])
+    _sql(engine, "UPDATE funding_sources SET available_cents = available_cents - :a WHERE id = :fs",
+         a=refund["amount_cents"], fs=org.funding_source_id)
+    try:
+        found = _findings(engine, org)
+        assert ("refund missing", reward_id) in _what(found), found
+        assert ("order refund", order_id) in _what(found), found
+        assert not [p for p in found if p.what == "balance"], found  # the edit kept the balance "right"
+        missing = next(p for p in found if p.what == "refund missing")
+        assert (missing.expected, missing.actual) == (2000, 0) and order_id in missing.detail
+    finally:
+        columns = ", ".join(refund)
+        _sql(engine, f"INSERT INTO ledger_entries ({columns}) VALUES ({', '.join(':' + c for c in refund)})",
+             **refund)
+        _sql(engine, "UPDATE funding_sources SET available_cents = available_cents + :a WHERE id = :fs",
+             a=refund["amount_cents"], fs=org.funding_source_id)
+    assert _findings(engine, org) == []
+
+
+def test_refund_of_a_redeemed_reward(org, engine):
+    reward_id = _redeem(org)
+    reward = _one(engine, "SELECT order_id, denomination_cents + fee_cents AS owed FROM rewards WHERE id = :r",
+                  r=reward_id)
+    balance = _one(engine, "SELECT available_cents FROM funding_sources WHERE id = :fs", fs=org.funding_source_id)
+    after = balance["available_cents"] + reward["owed"]
+    # Paid and refunded, done consistently everywhere else: balance, running balance, order refund.
+    _sql(engine, "INSERT INTO ledger_entries (funding_source_id, organization_id, amount_cents, balance_after_cents,"
+                 " kind, memo, order_id, reward_id, created_at) VALUES (:fs, :org, :a, :after, 'reward_refund',"
+                 " 'tampered', :o, :r, CURRENT_TIMESTAMP)",
+         fs=org.funding_source_id, org=org.id, a=reward["owed"], after=after, o=reward["order_id"], r=reward_id)
+    _sql(engine, "UPDATE funding_sources SET available_cents = :after WHERE id = :fs", after=after,
+         fs=org.funding_source_id)
+    _sql(engine, "UPDATE orders SET refund_cents = refund_cents + :a WHERE id = :o", a=reward["owed"],
+         o=reward["order_id"])
+    try:
+        found = _findings(engine, org)
+        assert _what(found) == {("refund of unrefunded reward", reward_id)}, found
+        assert "REDEEMED" in found[0].detail and found[0].actual == 3000
+    finally:
+        _sql(engine, "DELETE FROM ledger_entries WHERE reward_id = :r AND kind = 'reward_refund'", r=reward_id)
+        _sql(engine, "UPDATE funding_sources SET available_cents = available_cents - :a WHERE id = :fs",
+             a=reward["owed"], fs=org.funding_source_id)
+        _sql(engine, "UPDATE orders SET refund_cents = refund_cents - :a WHERE id = :o", a=reward["owed"],
+             o=reward["order_id"])
+    assert _findings(engine, org) == []
+
+
+def test_active_reward_denomination_raised(org, http, engine, cli):
+    order = place(http, org.member_email, denomination=15)
+    reward_id = order["rewards"][0]["id"]
+    _sql(engine, "UPDATE rewards SET denomination_cents = denomination_cents + 500 WHERE id = :r", r=reward_id)
+    try:
+        found = _findings(engine, org)
+        assert _what(found) == {("order subtotal", order["id"])}, found
+        assert (found[0].expected, found[0].actual) == (1500, 2000)
+        result = cli("ledger", "verify", check=False)
+        assert result.returncode == 1 and order["id"] in result.stdout and "order subtotal" in result.stdout
+        report = json.loads(cli("ledger", "verify", "--json", check=False).stdout)
+        assert report["ok"] is False
+        assert {"what": "order subtotal", "id": order["id"], "expected": 1500, "actual": 2000,
+                "organization_id": org.id} in [{k: p[k] for k in ("what", "id", "expected", "actual",
+                                                                  "organization_id")} for p in report["problems"]]
+    finally:
+        _sql(engine, "UPDATE rewards SET denomination_cents = denomination_cents - 500 WHERE id = :r", r=reward_id)
+    assert _findings(engine, org) == []
+
+
+def test_wrong_running_balance_is_reported_once(org, http, engine):
+    first = place(http, org.member_email, denomination=5)
+    place(http, org.member_email, denomination=6)
+    entry = _one(engine, "SELECT id FROM ledger_entries WHERE order_id = :o", o=first["id"])["id"]
+    _sql(engine, "UPDATE ledger_entries SET balance_after_cents = balance_after_cents + 7 WHERE id = :id", id=entry)
+    try:
+        found = _findings(engine, org)
+        assert _what(found) == {("running balance", str(entry))}, found  # not the entry after it too
+        assert found[0].actual - found[0].expected == 7
+    finally:
+        _sql(engine, "UPDATE ledger_entries SET balance_after_cents = balance_after_cents - 7 WHERE id = :id",
+             id=entry)
+    assert _findings(engine, org) == []
+
+
+def test_redeemed_without_payout_and_payout_of_canceled(org, http, engine):
+    redeemed = _redeem(org)
+    payout = dict(_one(engine, "SELECT * FROM payouts WHERE reward_id = :r", r=redeemed))
+    _sql(engine, "DELETE FROM payouts WHERE reward_id = :r", r=redeemed)
+    order_id, canceled = _cancel(org, http)
+    _sql(engine, "INSERT INTO payouts (reward_id, organization_id, product_id, provider, created_at)"
+                 " VALUES (:r, :org, :p, 'sandbox', CURRENT_TIMESTAMP)", r=canceled, org=org.id, p=GIFT_CARD)
+    try:
+        assert _what(_findings(engine, org)) == {("payout missing", redeemed),
+                                                 ("payout of unredeemed reward", canceled)}
+    finally:
+        _sql(engine, "DELETE FROM payouts WHERE reward_id = :r", r=canceled)
+        _sql(engine, f"INSERT INTO payouts ({', '.join(payout)}) VALUES ({', '.join(':' + c for c in payout)})",
+             **payout)
+    assert _findings(engine, org) == []
+
+
+def test_refund_of_the_wrong_amount_and_a_changed_debit(org, http, engine):
+    order_id, reward_id = _cancel(org, http)
+    _sql(engine, "UPDATE ledger_entries SET amount_cents = amount_cents + 1, balance_after_cents ="
+                 " balance_after_cents + 1 WHERE reward_id = :r", r=reward_id)
+    _sql(engine, "UPDATE orders SET refund_cents = refund_cents + 1 WHERE id = :o", o=order_id)
+    _sql(engine, "UPDATE funding_sources SET available_cents = available_cents + 1 WHERE id = :fs",
+         fs=org.funding_source_id)
+    try:
+        assert _what(_findings(engine, org)) == {("refund amount", reward_id)}
+    finally:
+        _sql(engine, "UPDATE ledger_entries SET amount_cents = amount_cents - 1, balance_after_cents ="
+                     " balance_after_cents - 1 WHERE reward_id = :r", r=reward_id)
+        _sql(engine, "UPDATE orders SET refund_cents = refund_cents - 1 WHERE id = :o", o=order_id)
+        _sql(engine, "UPDATE funding_sources SET available_cents = available_cents - 1 WHERE id = :fs",
+             fs=org.funding_source_id)
+    assert _findings(engine, org) == []
