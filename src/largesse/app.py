@@ -41,6 +41,7 @@ ERROR_RESPONSES = {
         (404, "Not found (including other organizations' resources)"),
         (409, "external_id reused with other parameters"),
         (422, "Unprocessable request"),
+        (429, "Rate limit exceeded (per API key or organization): see Retry-After and RateLimit-* headers"),
     )
 }
 
