@@ -144,9 +144,10 @@ def test_text_log_lines(server, org, http):
 
 def test_redact():
     line = ("sent to Jane.Doe+tag@mail.example.com via smtp://user:hunter2@smtp.example.com:587 with "
-            "Authorization: Bearer abc.def key LRG_PROD_AbCdEf012345-_x link https://r.example/redeem/Tok3n_x?a=1")
+            "Authorization: Bearer abc.def key LRG_PROD_AbCdEf012345-_x link https://r.example/redeem/Tok3n_x?a=1 "
+            "hook https://hooks.example/in?a=1&token=s3cr3t")
     masked = logs.redact(line)
-    for secret in ("Jane.Doe", "hunter2", "abc.def", "AbCdEf012345", "Tok3n_x"):
+    for secret in ("Jane.Doe", "hunter2", "abc.def", "AbCdEf012345", "Tok3n_x", "s3cr3t"):
         assert secret not in masked, masked
     assert "J***@mail.example.com" in masked and "LRG_PROD_***" in masked and "/redeem/<token>" in masked
     assert logs.redact("GET /api/v2/orders 200") == "GET /api/v2/orders 200"

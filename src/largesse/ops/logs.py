@@ -3,7 +3,8 @@
 Every handler that `log_config`/`configure` installs formats through `redact`, so a secret
 that slips into a message or a traceback (an SQL error quoting its parameters, an SMTP reply
 naming the recipient) is masked at the last moment: API keys, bearer credentials, passwords
-in URLs, redemption tokens in paths and links, and email addresses (j***@example.com).
+in URLs, secret-named query parameters (?token=, &key=, ...), redemption tokens in paths and
+links, and email addresses (j***@example.com).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("largess
 _URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s/]+@")
 _API_KEY = re.compile(r"\b(LRG_(?:SANDBOX|PROD)_)[A-Za-z0-9_-]+")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",]+")
+_QUERY_SECRET = re.compile(r"(?i)([?&](?:token|key|api_key|secret|signature|sig|password|access_token)=)[^&\s'\"]+")
 _REDEEM = re.compile(r"(/redeem/)[^/\s?#'\"<>]+")
 _EMAIL = re.compile(r"([A-Za-z0-9!#$%&*+=?^_`{|}~-])[A-Za-z0-9!#$%&'*+=?^_`{|}~.-]*"
                     r"@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)")
@@ -37,6 +39,8 @@ def redact(text: str) -> str:
         text = _API_KEY.sub(r"\1***", text)
     if "earer" in text or "EARER" in text:
         text = _BEARER.sub(r"\1***", text)
+    if "=" in text and ("?" in text or "&" in text):
+        text = _QUERY_SECRET.sub(r"\1***", text)
     if "/redeem/" in text:
         text = _REDEEM.sub(r"\1<token>", text)
     if "@" in text:
