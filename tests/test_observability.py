@@ -202,6 +202,10 @@ def test_readyz_says_when_migrations_are_behind(tmp_path):
         with sqlite3.connect(tmp_path / "ready.sqlite3") as conn:
             conn.execute("UPDATE alembic_version SET version_num = ?", (head,))
         assert httpx.get(f"{server.url}/readyz").status_code == 200
+        with sqlite3.connect(tmp_path / "ready.sqlite3") as conn:  # a database that was never migrated
+            conn.execute("DROP TABLE alembic_version")
+        never = httpx.get(f"{server.url}/readyz")
+        assert never.status_code == 503 and never.json()["errors"]["payload"] == {"migrations": ["not current"]}
     finally:
         server.stop()
         engine.dispose()

@@ -41,10 +41,13 @@ def readiness(engine) -> tuple[bool, dict]:
         with db.read(engine) as conn:
             current = schema_revision(conn)
     except Exception as exc:  # any failure to answer is "not ready"; the reason is logged, not shown
-        import logging
+        if "alembic_version" in str(exc):  # it answered: a database that was never migrated
+            current = None
+        else:
+            import logging
 
-        logging.getLogger("largesse.ops").warning("readiness: database unreachable (%s)", type(exc).__name__)
-        return False, _not_ready("The database is unreachable", {"database": ["unreachable"]})
+            logging.getLogger("largesse.ops").warning("readiness: database unreachable (%s)", type(exc).__name__)
+            return False, _not_ready("The database is unreachable", {"database": ["unreachable"]})
     if current != head:
         return False, _not_ready(f"The database schema is at {current}, this code needs {head}; "
                                  "run `largesse db upgrade`", {"migrations": ["not current"]})

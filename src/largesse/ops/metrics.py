@@ -107,13 +107,6 @@ def cleanup(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def mark_process_dead(pid: int) -> None:
-    if MULTIPROCESS:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(pid)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
