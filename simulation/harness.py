@@ -1,0 +1,177 @@
+"""The simulation's world: the real services wired to a fresh database, SMTP server,
+webhook receiver and virtual clock, plus a single-threaded worker whose process can die."""
+
+from __future__ import annotations
+
+import logging
+import random
+from datetime import timedelta
+
+from sqlalchemy import func, select
+
+from largesse import db, timeutil
+from largesse.auth import Credentials, hash_key
+from largesse.bootstrap import prepare
+from largesse.config import Settings
+from largesse.delivery import jobs as job_queue
+from largesse.delivery import tasks
+from largesse.delivery.models import jobs
+from largesse.delivery.transport import SmtpTransport
+from largesse.funding.models import funding_sources
+from largesse.orgs import service as orgs
+from largesse.webhooks import crypto
+from largesse.webhooks import service as webhooks
+from simulation.faults import Killed, KillingTransport, StatementFault
+from simulation.model import Model, OrgM
+from simulation.ops import harvest_mail
+from simulation.parts import Clock, Database, SmtpServer, WebhookReceiver
+
+BATCH = 5  # as delivery/worker.py
+
+
+class SimWorker:
+    """What delivery/worker.py's Worker does in one thread (claim a batch with the real
+    preparer, run each job with the real run_claimed), minus the threads, so that the
+    simulation decides when it runs. start() is a (re)started worker process."""
+
+    def __init__(self, sim: Simulation):
+        self.sim = sim
+        self.generation = 0
+        self.transport: KillingTransport | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.generation += 1
+        self.id = f"sim-worker-{self.generation}"
+        settings = self.sim.settings
+        self.transport = KillingTransport(SmtpTransport(settings.smtp_url, timeout=settings.smtp_timeout_seconds))
+        self.ctx = tasks.Context(self.sim.engine, settings, self.id, self.transport)
+
+    def housekeeping(self) -> int:
+        """The worker's periodic chores: the expiry sweep's row exists; expired leases requeued."""
+        job_queue.ensure_periodic(self.sim.engine, "expire_rewards")
+        return job_queue.reclaim_expired(self.sim.engine)
+
+    def batch(self) -> tuple[int, str | None]:
+        """Claim and run one batch; (jobs claimed, "killed" if the process died in it)."""
+        items = job_queue.claim(self.sim.engine, self.id, limit=BATCH,
+                                lease_seconds=self.sim.settings.job_lease_seconds, prepare=tasks.preparer(self.ctx))
+        for i, item in enumerate(items):
+            try:
+                tasks.run_claimed(self.ctx, item)
+            except Killed:
+                self._abandon(items[i:])
+                self.transport.inner.close()  # the dead process's connection goes away with it
+                self.start()
+                return len(items), "killed"
+            except BaseException:
+                # The real worker's loop logs it and moves on: the rest of the batch waits for its lease.
+                self._abandon(items[i:])
+                raise
+        return len(items), None
+
+    def _abandon(self, items) -> None:
+        self.sim.model.abandoned_jobs.update(item.job.id for item in items if not item.skipped)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class Simulation:
+    def __init__(self, seed: int, backend: str, *, log=print):
+        self.seed = seed
+        self.backend = backend
+        self.rng = random.Random(seed)
+        self.log = log
+        self.clock = Clock()
+        self.model = Model()
+        self.step = 0
+        self.counts: dict[str, int] = {}
+        self.retry_later: list = []  # orders with an external_id that failed by a fault: clients retry them
+        self.delivery_failed: list[str] = []  # ACTIVE rewards whose delivery FAILED (checks.py keeps it)
+        self.hang_once = False  # the webhook receiver hangs during this step
+        self.kill_next_send = False  # the next worker run dies right after an SMTP send
+        self.expiry_days: dict[str, int | None] = {}  # reward expiry of each organization (days)
+        self.database = Database(backend)
+        self.smtp = SmtpServer()
+        self.receiver = WebhookReceiver()
+        self.settings = Settings(
+            database_url=self.database.url, environment="sandbox", public_url="http://127.0.0.1:9",
+            smtp_url=self.smtp.url, run_worker=False, smtp_timeout_seconds=5.0,
+            job_lease_seconds=300.0, job_retry_base_seconds=30.0, job_retry_max_seconds=3600.0,
+            expire_interval_seconds=60.0, webhook_timeout_seconds=0.25, webhook_allow_private=True,
+            secret_key=f"simulation-{seed}",
+        )
+        timeutil.set_clock(self.clock)
+        self.engine = db.make_engine(self.database.url)
+        prepare(self.engine)
+        self.fault = StatementFault(self.engine)
+        self.worker = SimWorker(self)
+        self._quiet_logs()
+        self._create_orgs()
+
+    @staticmethod
+    def _quiet_logs() -> None:
+        # Injected faults make the services log tracebacks; they are expected here.
+        for name in ("largesse", "largesse.delivery", "largesse.webhooks", "aiosmtpd", "mail.log"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+    def _create_orgs(self) -> None:
+        box = crypto.keybox(self.settings)
+        for n, name in enumerate(("Acme Sim", "Globex Sim")):
+            member = f"owner{n}@sim{n}.example.com"
+            with db.write(self.engine) as conn:
+                created = orgs.create_org(conn, name=name, member_email=member, member_name="Owner", sandbox=True)
+                webhooks.upsert(conn, created.organization_id, self.receiver.url, box)
+            credentials = Credentials(hash_key(created.api_key), writes=True, environment="sandbox")
+            self.model.orgs.append(OrgM(created.organization_id, credentials, created.funding_source_id, member,
+                                        funded_cents=created.available_cents))
+
+    # --- reading the database (for predictions; checks.py verifies what it reads) ------------
+
+    def available(self, org: OrgM) -> int:
+        with self.fault.pause(), db.read(self.engine) as conn:
+            return conn.execute(select(funding_sources.c.available_cents)
+                                .where(funding_sources.c.id == org.balance_id)).scalar_one()
+
+    def count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    # --- the end of a run: no faults, time passes until every job is due, the worker drains --
+
+    def settle(self, max_rounds: int = 400) -> int:
+        """Heal every fault, then advance the clock past every lease, backoff and scheduled
+        delivery and run the worker until nothing is left to do; returns the rounds it took."""
+        self.fault.disarm()
+        self.smtp.set_mode("accept")
+        self.receiver.set_mode("ok")
+        for rounds in range(1, max_rounds + 1):
+            self.clock.advance(self.settings.job_lease_seconds + 1)
+            self.worker.housekeeping()
+            while self.worker.batch()[0]:
+                harvest_mail(self)
+            with db.read(self.engine) as conn:
+                pending = conn.execute(
+                    select(func.count(), func.min(jobs.c.run_after))
+                    .where(jobs.c.status.in_((job_queue.QUEUED, job_queue.RUNNING)),
+                           jobs.c.kind.not_in(job_queue.PERIODIC))).one()
+            if not pending[0]:
+                # One more sweep at the final time, so every overdue reward is expired.
+                self.clock.advance(self.settings.expire_interval_seconds + 1)
+                while self.worker.batch()[0]:
+                    harvest_mail(self)
+                return rounds
+            if pending[1] is not None and pending[1] > self.clock.now:
+                self.clock.now = max(self.clock.now, pending[1]) + timedelta(seconds=1)
+        return max_rounds
+
+    def close(self) -> None:
+        try:
+            self.worker.close()
+            self.engine.dispose()
+        finally:
+            timeutil.set_clock(None)
+            self.receiver.close()
+            self.smtp.close()
+            self.database.close()
