@@ -52,7 +52,10 @@ def serve(
     try:
         uvicorn.run("largesse.app:create_app", factory=True, host=host, port=port, workers=workers,
                     log_config=logs.log_config(settings.log_format, settings.log_level),
-                    log_level=settings.log_level.lower(), access_log=False, proxy_headers=True)
+                    log_level=settings.log_level.lower(), access_log=False, proxy_headers=True,
+                    # SIGTERM: stop accepting, give requests in flight up to 30 s, then the lifespan
+                    # stops the delivery worker (jobs in hand finish, the rest go back to the queue).
+                    timeout_graceful_shutdown=30)
     finally:
         if own_metrics_dir and metrics_dir:
             metrics.cleanup(metrics_dir)

@@ -36,7 +36,13 @@ class Settings:
     # Delivery worker (docs/delivery.md): threads per process, polling, leases, retries.
     worker_concurrency: int = 2
     worker_poll_seconds: float = 1.0
-    job_lease_seconds: float = 300.0
+    # Threads of the webhook lane per worker (email threads never wait on webhook receivers).
+    webhook_concurrency: int = 2
+    # A lease is renewed by the worker's heartbeat every lease/4 while the job runs; a dead
+    # worker's jobs run again about one lease after it died.
+    job_lease_seconds: float = 10.0
+    # Longest wait between a worker's attempts to reach a database that is down.
+    worker_backoff_max_seconds: float = 30.0
     job_retry_base_seconds: float = 30.0
     job_retry_max_seconds: float = 3600.0
     expire_interval_seconds: float = 60.0
@@ -95,7 +101,9 @@ class Settings:
             run_worker=get("RUN_WORKER", "1") not in ("0", "false", "no"),
             worker_concurrency=int(get("WORKER_CONCURRENCY", "2")),
             worker_poll_seconds=float(get("WORKER_POLL_SECONDS", "1")),
-            job_lease_seconds=float(get("JOB_LEASE_SECONDS", "300")),
+            webhook_concurrency=int(get("WEBHOOK_CONCURRENCY", "2")),
+            job_lease_seconds=float(get("JOB_LEASE_SECONDS", "10")),
+            worker_backoff_max_seconds=float(get("WORKER_BACKOFF_MAX_SECONDS", "30")),
             job_retry_base_seconds=float(get("JOB_RETRY_BASE_SECONDS", "30")),
             job_retry_max_seconds=float(get("JOB_RETRY_MAX_SECONDS", "3600")),
             expire_interval_seconds=float(get("EXPIRE_INTERVAL_SECONDS", "60")),

@@ -17,9 +17,12 @@ jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", n
 def worker(
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c",
                                                     help="Threads (default LARGESSE_WORKER_CONCURRENCY)")] = None,
+    webhook_concurrency: Annotated[int | None, typer.Option(
+        "--webhook-concurrency", help="Webhook threads (default LARGESSE_WEBHOOK_CONCURRENCY; 0: no webhooks)")] = None,
     once: Annotated[bool, typer.Option("--once", help="Run the jobs due now, then exit")] = False,
 ):
-    """Deliver rewards and run periodic jobs until stopped (Ctrl-C / SIGTERM finish the job in hand)."""
+    """Deliver rewards, webhooks and periodic jobs until stopped (Ctrl-C / SIGTERM finish the jobs
+    in hand and hand the unstarted ones back)."""
     import signal
 
     from largesse.delivery.worker import Worker
@@ -29,7 +32,7 @@ def worker(
 
     logs.configure(settings.log_format, settings.log_level)  # same redacting text/JSON lines as `serve`
     engine = open_engine(settings)
-    w = Worker(engine, settings, concurrency=concurrency)
+    w = Worker(engine, settings, concurrency=concurrency, webhook_concurrency=webhook_concurrency)
     if once:
         count = w.drain()
         typer.echo(f"processed {count} jobs")

@@ -1,4 +1,4 @@
-"""The jobs outbox as a queue: claim with a lease, finish, retry with backoff, reclaim.
+"""The jobs outbox as a queue: claim with a lease, renew it, finish, retry with backoff, reclaim.
 
 A claim is one short write transaction. On PostgreSQL it selects due rows with
 FOR UPDATE SKIP LOCKED, so concurrent workers take disjoint sets without waiting for each
@@ -6,9 +6,18 @@ other; on SQLite the whole claim runs under BEGIN IMMEDIATE (db.write), which se
 claimers on the database lock instead. Either way a claimed row is marked `running` with
 `locked_by` and `locked_until` (the lease) before the transaction commits.
 
-A worker that dies leaves its rows `running` with a lease in the past; `reclaim_expired`
-puts them back in the queue. Every state change after the claim is conditional on
-`locked_by`: a worker whose lease was taken over cannot overwrite the new owner's result.
+Lanes and fairness. Every job belongs to a lane (LANES: webhook POSTs in "webhook", everything
+else in "mail") and a worker thread claims from one lane only, so a slow webhook receiver can
+never occupy the threads that send emails. Within a lane, a claim takes the oldest due job of
+each organization in turn, continuing after the organization the previous claim ended with
+(round-robin), and fills the rest of the batch in plain due order: an organization with
+10,000 queued jobs delays another organization's job by at most one batch per thread.
+
+Leases are short (LARGESSE_JOB_LEASE_SECONDS, 10 s) and the worker's heartbeat renews the
+lease of every job it still works on (`renew`). A worker that dies stops renewing; once
+its leases pass, `reclaim_expired` puts its jobs back in the queue. Every state change after
+the claim is conditional on `locked_by`: a worker whose lease was taken over cannot overwrite
+the new owner's result.
 """
 
 from __future__ import annotations
@@ -27,6 +36,23 @@ QUEUED, RUNNING, DONE, DEAD = "queued", "running", "done", "dead"
 STATUSES = (QUEUED, RUNNING, DONE, DEAD)
 # Kinds that are one row rescheduling itself forever (never "done", never "dead").
 PERIODIC = ("expire_rewards",)
+# Lanes: separate worker threads (and so separate capacity) per kind of work. A kind not
+# listed here runs in the mail lane.
+MAIL, WEBHOOK = "mail", "webhook"
+LANES = {"deliver_webhook": WEBHOOK}
+
+
+def lane_of(kind: str) -> str:
+    return LANES.get(kind, MAIL)
+
+
+class Cursor:
+    """Where a lane's round-robin over organizations continues: the organization that the
+    previous claim served last. Shared by a worker's threads of one lane (a plain attribute:
+    a lost update between two threads only changes who is served first)."""
+
+    def __init__(self) -> None:
+        self.after: str | None = None
 
 
 def backoff_seconds(attempts: int, base: float, cap: float) -> float:
@@ -39,9 +65,9 @@ def queued_row(*, kind: str, organization_id: str | None = None, reward_id: str 
                payload: dict | None = None, run_after=None, max_attempts: int = 8, now=None) -> dict:
     """A new job, due at run_after (default now): the one shape every producer inserts."""
     now = now or utcnow()
-    return {"kind": kind, "organization_id": organization_id, "reward_id": reward_id, "payload": payload,
-            "status": QUEUED, "attempts": 0, "max_attempts": max_attempts, "run_after": run_after or now,
-            "created_at": now, "updated_at": now}
+    return {"kind": kind, "lane": lane_of(kind), "organization_id": organization_id, "reward_id": reward_id,
+            "payload": payload, "status": QUEUED, "attempts": 0, "max_attempts": max_attempts,
+            "run_after": run_after or now, "created_at": now, "updated_at": now}
 
 
 def enqueue(conn: Connection, **job) -> None:
@@ -53,7 +79,7 @@ def ensure_periodic(engine: Engine, kind: str) -> None:
     """Create the singleton row of a periodic job unless it exists (safe from any number
     of workers at once: the unique dedupe_key turns the losers' inserts into no-ops)."""
     now = utcnow()
-    values = dict(kind=kind, status=QUEUED, attempts=0, max_attempts=1_000_000, run_after=now,
+    values = dict(kind=kind, lane=lane_of(kind), status=QUEUED, attempts=0, max_attempts=1_000_000, run_after=now,
                   created_at=now, updated_at=now, dedupe_key=kind)
     insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
     with db.write(engine) as conn:
@@ -62,23 +88,61 @@ def ensure_periodic(engine: Engine, kind: str) -> None:
             conn.execute(insert(jobs).values(**values).on_conflict_do_nothing(index_elements=["dedupe_key"]))
 
 
-def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, prepare=None) -> list:
-    """Take up to `limit` due jobs for this worker; returns their rows (attempts counted).
+def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, prepare=None,
+          lane: str | None = None, cursor: Cursor | None = None) -> list:
+    """Take up to `limit` due jobs of `lane` (None: any lane) for this worker; returns their rows
+    (attempts counted), oldest first.
+
+    Fair share: first the oldest due job of each organization after `cursor` in turn (one
+    each, wrapping around once, at most limit - 1 of them), then the oldest due jobs of the
+    lane whatever their organization (jobs of no organization, like the expiry sweep, come
+    through here; one slot is always left for them when limit > 1). `cursor` moves to the
+    last organization served.
 
     `prepare(conn, rows)`, when given, runs inside the claim transaction and its result is
     returned instead: the worker uses it to check and set up a whole batch in one commit.
     """
     now = utcnow()
-    due = (select(jobs.c.id).where(jobs.c.status == QUEUED, jobs.c.run_after <= now)
-           .order_by(jobs.c.run_after, jobs.c.id).limit(limit))
-    if engine.dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
+    cursor = cursor if cursor is not None else Cursor()
+    due = [jobs.c.status == QUEUED, jobs.c.run_after <= now]
+    if lane is not None:
+        due.append(jobs.c.lane == lane)
+    skip_locked = engine.dialect.name == "postgresql"
+
+    def pick(query):
+        return query.with_for_update(skip_locked=True) if skip_locked else query
+
     with db.write(engine) as conn:
-        ids = list(conn.execute(due).scalars())
-        if not ids:
+        taken: list[int] = []
+        after, wrapped, served = cursor.after, cursor.after is None, set()
+        fair_share = max(1, limit - 1)
+        while len(taken) < fair_share:
+            query = (select(jobs.c.id, jobs.c.organization_id)
+                     .where(*due, jobs.c.organization_id.is_not(None), jobs.c.id.not_in(taken))
+                     .order_by(jobs.c.organization_id, jobs.c.run_after).limit(1))
+            if after is not None:
+                query = query.where(jobs.c.organization_id > after)
+            row = conn.execute(pick(query)).first()
+            if row is None:
+                if wrapped:
+                    break
+                wrapped, after = True, None
+                continue
+            if row.organization_id in served:  # around once: every organization had its turn
+                break
+            served.add(row.organization_id)
+            taken.append(row.id)
+            after = row.organization_id
+        if served:
+            cursor.after = after
+        if len(taken) < limit:
+            rest = (select(jobs.c.id).where(*due, jobs.c.id.not_in(taken))
+                    .order_by(jobs.c.run_after, jobs.c.id).limit(limit - len(taken)))
+            taken.extend(conn.execute(pick(rest)).scalars())
+        if not taken:
             return []
         rows = conn.execute(
-            update(jobs).where(jobs.c.id.in_(ids), jobs.c.status == QUEUED)
+            update(jobs).where(jobs.c.id.in_(taken), jobs.c.status == QUEUED)
             .values(status=RUNNING, locked_by=worker_id, locked_until=now + timedelta(seconds=lease_seconds),
                     attempts=jobs.c.attempts + 1, updated_at=now)
             .returning(*jobs.c)
@@ -87,9 +151,42 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, p
         return prepare(conn, rows) if prepare is not None else rows
 
 
-def reclaim_expired(engine: Engine) -> int:
-    """Requeue jobs whose worker's lease ran out (the process was killed or hung)."""
+def renew(engine: Engine, worker_id: str, job_ids, lease_seconds: float) -> set[int]:
+    """The heartbeat: extend the lease of jobs this worker still works on. Returns the ids it
+    still holds (a job missing from the answer was taken over after its lease ran out)."""
+    ids = list(job_ids)
+    if not ids:
+        return set()
     now = utcnow()
+    with db.write(engine) as conn:
+        return set(conn.execute(
+            update(jobs).where(jobs.c.id.in_(ids), jobs.c.status == RUNNING, jobs.c.locked_by == worker_id)
+            .values(locked_until=now + timedelta(seconds=lease_seconds))
+            .returning(jobs.c.id)
+        ).scalars())
+
+
+def release(engine: Engine, worker_id: str, job_ids) -> int:
+    """Hand claimed but unstarted jobs back (a stopping worker), due now, their attempt uncounted."""
+    ids = list(job_ids)
+    if not ids:
+        return 0
+    with db.write(engine) as conn:
+        return conn.execute(
+            update(jobs).where(jobs.c.id.in_(ids), jobs.c.locked_by == worker_id, jobs.c.status == RUNNING)
+            .values(status=QUEUED, locked_by=None, locked_until=None, updated_at=utcnow(),
+                    attempts=jobs.c.attempts - 1)
+        ).rowcount
+
+
+def reclaim_expired(engine: Engine) -> int:
+    """Requeue jobs whose worker's lease ran out (the process was killed, hung, or lost the
+    database for longer than a lease). A read first: no write lock when there is nothing to do."""
+    now = utcnow()
+    expired = select(jobs.c.id).where(jobs.c.status == RUNNING, jobs.c.locked_until < now).limit(1)
+    with db.read(engine) as conn:
+        if conn.execute(expired).first() is None:
+            return 0
     with db.write(engine) as conn:
         return conn.execute(
             update(jobs).where(jobs.c.status == RUNNING, jobs.c.locked_until < now)

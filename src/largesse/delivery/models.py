@@ -25,7 +25,12 @@ jobs = Table(
     # Set only on singleton (periodic) jobs, e.g. "expire_rewards": unique, so concurrent
     # workers that each make sure the sweep exists still create one row (migration 0002).
     Column("dedupe_key", String(60), nullable=True),
-    Index("ix_jobs_claim", "status", "run_after"),
+    # Which worker threads claim it: "mail" (emails, expiry, anything else) or "webhook"
+    # (migration 0007; jobs.LANES). Slow webhook receivers cannot occupy the email threads.
+    Column("lane", String(10), nullable=False, server_default="mail"),
+    # The oldest due job of a lane; the oldest due job per organization (round-robin claim).
+    Index("ix_jobs_claim", "status", "lane", "run_after"),
+    Index("ix_jobs_lane_org", "status", "lane", "organization_id", "run_after"),
     Index("ix_jobs_reward", "reward_id"),
     Index("uq_jobs_dedupe_key", "dedupe_key", unique=True),
 )

@@ -1,14 +1,24 @@
-"""The delivery worker: threads that claim due jobs and run them.
+"""The delivery worker: threads that claim due jobs and run them, and a heartbeat.
 
 It runs inside `largesse serve` (one per server process, started and stopped by the app's
 lifespan) and as `largesse worker` processes; any number of them may share a database.
-Each thread loops: claim a small batch (jobs.claim: SKIP LOCKED on PostgreSQL, BEGIN
-IMMEDIATE on SQLite), run each job, and when nothing is due, sleep for the poll interval.
-One thread per process also requeues jobs whose lease expired (a killed worker's) and
-makes sure the periodic expiry sweep exists.
 
-Nothing is lost on a restart or a kill: a job is only "done" after its work committed, and
-a job held by a dead process comes back when its lease expires.
+- Lanes. Email threads (LARGESSE_WORKER_CONCURRENCY) claim only "mail" jobs (emails, the
+  expiry sweep); webhook threads (LARGESSE_WEBHOOK_CONCURRENCY) claim only webhook POSTs, one
+  at a time. A slow webhook receiver can hold webhook threads, never email delivery.
+- Fairness. Each claim takes one job per organization in turn before filling the batch
+  (jobs.claim), so one organization's backlog does not delay another's jobs.
+- Leases and heartbeat. A claimed job is leased for LARGESSE_JOB_LEASE_SECONDS (10 s); the
+  heartbeat thread renews the lease of every job still in hand every lease/4 and, every
+  second or so, requeues jobs whose lease ran out (a killed worker's): they run again about
+  one lease after their worker died, and never while a live worker still works on them.
+- Stopping. stop() (SIGTERM) lets each thread finish the job in hand, hands the unstarted
+  rest of its batch back, then stops the heartbeat.
+- The database going away. Each thread waits poll, 2 x poll, 4 x poll ... (capped at
+  LARGESSE_WORKER_BACKOFF_MAX_SECONDS) between attempts, one log line when the outage starts
+  and one when it ends, and carries on without a restart.
+
+Nothing is lost on a restart or a kill: a job is only "done" after its work committed.
 """
 
 from __future__ import annotations
@@ -20,54 +30,105 @@ import socket
 import threading
 import time
 
-from sqlalchemy import update
-
 from largesse import db
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
-from largesse.delivery.models import jobs
 from largesse.delivery.tasks import Context, preparer, run_claimed
 from largesse.delivery.transport import open_transport
-from largesse.timeutil import utcnow
 
 log = logging.getLogger("largesse.delivery")
 
-BATCH = 5
+# Jobs per claim: emails are quick and a batch shares one claim transaction; a webhook POST
+# can take its whole deadline, so a webhook thread holds only the job it runs.
+BATCH = {job_queue.MAIL: 5, job_queue.WEBHOOK: 1}
 
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+class Outage:
+    """Whether this worker can reach its database: one log line when an outage starts and one
+    when it ends, however many threads and attempts fail in between."""
+
+    def __init__(self, worker: str):
+        self.worker = worker
+        self.lock = threading.Lock()
+        self.since: float | None = None
+        self.failures = 0
+
+    def failed(self, exc: BaseException) -> None:
+        with self.lock:
+            self.failures += 1
+            if self.since is not None:
+                return
+            self.since = time.monotonic()
+        log.warning("delivery worker %s: the database is unreachable (%s: %s); waiting for it with backoff",
+                    self.worker, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+
+    def ok(self) -> None:
+        if self.since is None:  # the common case, without the lock
+            return
+        with self.lock:
+            if self.since is None:
+                return
+            down, failures = time.monotonic() - self.since, self.failures
+            self.since, self.failures = None, 0
+        log.warning("delivery worker %s: the database is back after %.1f s (%s failed attempts); resuming",
+                    self.worker, down, failures)
+
+
 class Worker:
-    def __init__(self, engine, settings: Settings, *, concurrency: int | None = None):
+    def __init__(self, engine, settings: Settings, *, concurrency: int | None = None,
+                 webhook_concurrency: int | None = None):
         self.engine = engine
         self.settings = settings
-        self.concurrency = max(1, concurrency or settings.worker_concurrency)
+        mail = settings.worker_concurrency if concurrency is None else concurrency
+        webhook = settings.webhook_concurrency if webhook_concurrency is None else webhook_concurrency
+        self.lanes = {job_queue.MAIL: max(0, mail), job_queue.WEBHOOK: max(0, webhook)}
+        if not any(self.lanes.values()):
+            self.lanes[job_queue.MAIL] = 1
+        self.concurrency = sum(self.lanes.values())
         self.id = worker_id()
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
         self.processed = 0
         self._count_lock = threading.Lock()
-        self._last_reclaim = 0.0
+        self.cursors = {lane: job_queue.Cursor() for lane in self.lanes}
+        self.outage = Outage(self.id)
+        # Jobs this worker has claimed and not finished: the heartbeat renews their leases.
+        self.held: set[int] = set()
+        self._held_lock = threading.Lock()
+        self._beat_stop = threading.Event()
+        self._beat: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Worker:
-        self._housekeeping(force=True)
-        for n in range(self.concurrency):
-            thread = threading.Thread(target=self._loop, args=(n, False), name=f"largesse-worker-{n}", daemon=True)
-            thread.start()
-            self.threads.append(thread)
-        log.info("delivery worker %s started with %s threads", self.id, self.concurrency)
+        self._housekeeping(ensure_periodic=True)
+        self._start_heartbeat()
+        for lane, count in self.lanes.items():
+            for n in range(count):
+                thread = threading.Thread(target=self._loop, args=(lane, False), daemon=True,
+                                          name=f"largesse-{lane}-{n}")
+                thread.start()
+                self.threads.append(thread)
+        log.info("delivery worker %s started with %s email and %s webhook threads (lease %s s)", self.id,
+                 self.lanes[job_queue.MAIL], self.lanes[job_queue.WEBHOOK], self.settings.job_lease_seconds)
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Finish the job in hand, hand back the rest of the batch, and return."""
+        """Finish the jobs in hand (their leases kept alive), hand back the rest of each batch,
+        then stop the heartbeat. A job still running after `timeout` is abandoned to its lease."""
         self.stopping.set()
         deadline = time.monotonic() + timeout
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in self.threads if t.is_alive()]
+        if stuck:
+            log.warning("delivery worker %s: %s still busy after %.0f s; their jobs will be reclaimed when the "
+                        "lease runs out", self.id, ", ".join(stuck), timeout)
+        self._stop_heartbeat()
 
     def run_forever(self) -> None:
         self.start()
@@ -80,27 +141,42 @@ class Worker:
     def drain(self) -> int:
         """Run every job that is due now (and those that become due while it runs), then
         return how many were processed: `largesse worker --once`, tests, benchmarks."""
-        self._housekeeping(force=True)
+        self._housekeeping(ensure_periodic=True)
         before = self.processed
-        threads = [threading.Thread(target=self._loop, args=(n, True), daemon=True) for n in range(self.concurrency)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        self._start_heartbeat()
+        try:
+            threads = [threading.Thread(target=self._loop, args=(lane, True), daemon=True)
+                       for lane, count in self.lanes.items() for _ in range(count)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            self._stop_heartbeat()
         return self.processed - before
 
-    # --- the loop --------------------------------------------------------------------------
+    # --- the claiming threads ---------------------------------------------------------------
 
-    def _loop(self, n: int, once: bool) -> None:
+    def _loop(self, lane: str, once: bool) -> None:
         ctx = Context(self.engine, self.settings, self.id, open_transport(self.settings))
+        backoff = self.settings.worker_poll_seconds
         try:
             while not self.stopping.is_set():
-                if n == 0 and not once:
-                    self._housekeeping()
                 try:
-                    done = self._step(ctx)
-                except Exception:
-                    log.exception("delivery worker %s: claiming jobs failed", self.id)
+                    done = self._step(ctx, lane)
+                    self.outage.ok()
+                    backoff = self.settings.worker_poll_seconds
+                except Exception as exc:
+                    ctx.transport.close()
+                    if not db.is_unavailable(exc):
+                        log.exception("delivery worker %s: claiming or running jobs failed", self.id)
+                    elif once:
+                        return
+                    else:
+                        self.outage.failed(exc)
+                        self.stopping.wait(backoff)
+                        backoff = min(self.settings.worker_backoff_max_seconds, max(backoff, 0.05) * 2)
+                        continue
                     done = 0
                 if done:
                     continue
@@ -111,43 +187,96 @@ class Worker:
         finally:
             ctx.transport.close()
 
-    def _step(self, ctx: Context) -> int:
-        claimed = job_queue.claim(self.engine, self.id, limit=BATCH, lease_seconds=self.settings.job_lease_seconds,
-                                  prepare=preparer(ctx))
-        for i, item in enumerate(claimed):
-            if self.stopping.is_set():
-                self._release([c.job for c in claimed[i:] if not c.skipped])
-                break
-            run_claimed(ctx, item)
-            with self._count_lock:
-                self.processed += 1
+    def _step(self, ctx: Context, lane: str) -> int:
+        claimed = job_queue.claim(self.engine, self.id, limit=BATCH[lane],
+                                  lease_seconds=self.settings.job_lease_seconds, prepare=preparer(ctx),
+                                  lane=lane, cursor=self.cursors[lane])
+        pending = [c.job.id for c in claimed if not c.skipped]
+        self._hold(pending)
+        try:
+            for i, item in enumerate(claimed):
+                if self.stopping.is_set():
+                    rest = [c.job.id for c in claimed[i:] if not c.skipped]
+                    job_queue.release(self.engine, self.id, rest)
+                    break
+                try:
+                    run_claimed(ctx, item)
+                finally:
+                    self._forget([item.job.id])
+                with self._count_lock:
+                    self.processed += 1
+        finally:
+            # Whatever was not run or released (the database failed under us) is left to its
+            # lease: not renewed any more, it is reclaimed once the lease runs out.
+            self._forget(pending)
         return len(claimed)
 
-    def _release(self, rows) -> None:
-        """Put claimed but unstarted jobs back, so a stop does not wait for their lease."""
-        with db.write(self.engine) as conn:
-            conn.execute(
-                update(jobs).where(jobs.c.id.in_([r.id for r in rows]), jobs.c.locked_by == self.id,
-                                   jobs.c.status == job_queue.RUNNING)
-                .values(status=job_queue.QUEUED, locked_by=None, locked_until=None, updated_at=utcnow(),
-                        attempts=jobs.c.attempts - 1)
-            )
+    def _hold(self, ids) -> None:
+        with self._held_lock:
+            self.held.update(ids)
 
-    def _housekeeping(self, force: bool = False) -> None:
-        """Requeue expired leases (at most every few seconds) and ensure the expiry sweep."""
-        interval = min(10.0, max(0.2, self.settings.job_lease_seconds / 4))
-        now = time.monotonic()
-        if not force and now - self._last_reclaim < interval:
+    def _forget(self, ids) -> None:
+        with self._held_lock:
+            self.held.difference_update(ids)
+
+    # --- the heartbeat ----------------------------------------------------------------------
+
+    def _start_heartbeat(self) -> None:
+        if self._beat is not None and self._beat.is_alive():
             return
-        self._last_reclaim = now
+        self._beat_stop.clear()
+        self._beat = threading.Thread(target=self._heartbeat, name="largesse-heartbeat", daemon=True)
+        self._beat.start()
+
+    def _stop_heartbeat(self) -> None:
+        self._beat_stop.set()
+        if self._beat is not None:
+            self._beat.join(10)
+
+    def _heartbeat(self) -> None:
+        """Renew the leases of jobs in hand every lease/4; requeue expired leases every tick."""
+        lease = self.settings.job_lease_seconds
+        renew_every = max(0.05, lease / 4)
+        tick = min(1.0, renew_every)
+        last_renew = last_ensure = time.monotonic()
+        while not self._beat_stop.wait(tick):
+            try:
+                if time.monotonic() - last_ensure >= 60:  # in case it was deleted or the start failed
+                    last_ensure = time.monotonic()
+                    job_queue.ensure_periodic(self.engine, "expire_rewards")
+                if time.monotonic() - last_renew >= renew_every:
+                    last_renew = time.monotonic()
+                    with self._held_lock:
+                        held = set(self.held)
+                    kept = job_queue.renew(self.engine, self.id, held, lease)
+                    with self._held_lock:
+                        lost = (held - kept) & self.held  # still in hand, but no longer ours
+                    if lost:
+                        log.warning("delivery worker %s lost the lease of jobs %s (taken over after it ran out)",
+                                    self.id, sorted(lost))
+                self._housekeeping()
+                self.outage.ok()
+            except Exception as exc:
+                if db.is_unavailable(exc):
+                    self.outage.failed(exc)
+                else:
+                    log.exception("delivery worker %s: heartbeat failed", self.id)
+
+    def _housekeeping(self, ensure_periodic: bool = False) -> None:
+        """Requeue jobs whose lease ran out; make sure the periodic expiry sweep exists."""
         try:
-            if force:
+            if ensure_periodic:
                 job_queue.ensure_periodic(self.engine, "expire_rewards")
             reclaimed = job_queue.reclaim_expired(self.engine)
             if reclaimed:
                 log.warning("requeued %s jobs whose worker's lease expired", reclaimed)
-        except Exception:
-            log.exception("delivery worker %s: housekeeping failed", self.id)
+        except Exception as exc:
+            if not ensure_periodic:
+                raise
+            if db.is_unavailable(exc):
+                self.outage.failed(exc)
+            else:
+                log.exception("delivery worker %s: housekeeping failed", self.id)
 
 
 class _Stopper:
