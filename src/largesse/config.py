@@ -47,6 +47,9 @@ class Settings:
     job_retry_max_seconds: float = 3600.0
     expire_interval_seconds: float = 60.0
     smtp_timeout_seconds: float = 30.0
+    # PEM file of extra CA certificates to trust for the SMTP server's certificate (a private
+    # CA); verification is never turned off. SSL_CERT_FILE replaces the system bundle instead.
+    smtp_ca_file: str | None = None
     reward_expiry_days: int | None = None
     secret_key: str | None = None
     # Outgoing webhooks (docs/webhooks.md): overall deadline of one POST; private targets.
@@ -108,6 +111,7 @@ class Settings:
             job_retry_max_seconds=float(get("JOB_RETRY_MAX_SECONDS", "3600")),
             expire_interval_seconds=float(get("EXPIRE_INTERVAL_SECONDS", "60")),
             smtp_timeout_seconds=float(get("SMTP_TIMEOUT_SECONDS", "30")),
+            smtp_ca_file=get("SMTP_CA_FILE"),
             reward_expiry_days=int(expiry) if expiry else None,
             secret_key=get("SECRET_KEY"),
             webhook_timeout_seconds=float(get("WEBHOOK_TIMEOUT_SECONDS", "10")),

@@ -9,6 +9,12 @@ Failures are classified once, here, because the worker's whole retry policy hang
 
 An SMTP connection is kept open per worker thread and reused for the next message: a
 connect + EHLO (+ STARTTLS + AUTH) per email would cost more than the email itself.
+
+TLS (smtps://, or smtp://...?starttls=true) always verifies the server's certificate and
+name against the system's CAs plus LARGESSE_SMTP_CA_FILE (a private CA); there is no switch
+to turn verification off. A TLS problem (untrusted certificate, STARTTLS not offered) and a
+refused login are temporary failures like any other configuration problem: nothing is sent
+in clear, and the rewards go out once the operator fixes the setting.
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ class MaildirTransport:
 
 
 class SmtpTransport:
-    def __init__(self, url: str, *, timeout: float = 30.0):
+    def __init__(self, url: str, *, timeout: float = 30.0, ca_file: str | None = None):
         parts = urlsplit(url)
         if parts.scheme not in ("smtp", "smtps"):
             raise ValueError("LARGESSE_SMTP_URL must start with smtp:// or smtps://")
@@ -88,19 +94,56 @@ class SmtpTransport:
         self.user = unquote(parts.username) if parts.username else None
         self.password = unquote(parts.password) if parts.password else None
         self.timeout = timeout
+        self.ca_file = ca_file
         self.conn: smtplib.SMTP | None = None
 
-    def _connect(self) -> smtplib.SMTP:
+    @property
+    def where(self) -> str:
+        return f"SMTP {self.host}:{self.port}"
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """The system's CAs (or SSL_CERT_FILE's) plus the operator's private CA, if any."""
         context = ssl.create_default_context()
-        if self.ssl:
-            conn = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
-        else:
-            conn = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
-            if self.starttls:
-                conn.starttls(context=context)
-        if self.user:
+        if self.ca_file:
+            try:
+                context.load_verify_locations(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise DeliveryError(f"LARGESSE_SMTP_CA_FILE {self.ca_file}: {exc}", permanent=False) from None
+        return context
+
+    def _connect(self) -> smtplib.SMTP:
+        context = self._tls_context() if self.ssl or self.starttls else None
+        conn = None
+        try:
+            if self.ssl:
+                conn = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
+            else:
+                conn = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+                if self.starttls:
+                    conn.ehlo()
+                    if not conn.has_extn("starttls"):
+                        raise DeliveryError(f"{self.where} does not offer STARTTLS (starttls=true in "
+                                            f"LARGESSE_SMTP_URL); nothing was sent in clear", permanent=False)
+                    conn.starttls(context=context)
+            if self.user:
+                self._login(conn)
+            return conn
+        except BaseException:
+            if conn is not None:  # do not leave a half-open connection (and its socket) behind
+                conn.close()
+            raise
+
+    def _login(self, conn: smtplib.SMTP) -> None:
+        conn.ehlo_or_helo_if_needed()
+        if not conn.has_extn("auth"):
+            # Typical of a server that allows AUTH only over TLS: smtplib sends no password then.
+            hint = "" if self.ssl or self.starttls else " (it may require TLS: add ?starttls=true or use smtps://)"
+            raise DeliveryError(f"{self.where} does not offer AUTH on this connection{hint}", permanent=False)
+        try:
             conn.login(self.user, self.password or "")
-        return conn
+        except smtplib.SMTPAuthenticationError as exc:
+            raise DeliveryError(f"{self.where} refused the login of {self.user!r}: "
+                                f"{_reply(exc.smtp_code, exc.smtp_error)}", permanent=False) from None
 
     def send(self, message: EmailMessage) -> None:
         reused = self.conn is not None
@@ -128,6 +171,10 @@ class SmtpTransport:
             self._reset()
             code, text = next(iter(exc.recipients.values()))
             raise DeliveryError(_reply(code, text), permanent=500 <= code < 600) from None
+        except ssl.SSLCertVerificationError as exc:
+            self.close()
+            raise DeliveryError(f"{self.where}: TLS certificate not trusted ({exc.verify_message}); trust a private "
+                                f"CA with LARGESSE_SMTP_CA_FILE", permanent=False) from None
         except smtplib.SMTPResponseException as exc:
             # DATA refused with 5xx: this message is refused. Sender/auth refusals: our config.
             self._reset()
@@ -135,7 +182,7 @@ class SmtpTransport:
             raise DeliveryError(_reply(exc.smtp_code, exc.smtp_error), permanent=permanent) from None
         except (OSError, smtplib.SMTPException) as exc:
             self.close()
-            raise DeliveryError(f"SMTP {self.host}:{self.port} unavailable: {exc or type(exc).__name__}",
+            raise DeliveryError(f"{self.where} unavailable: {exc or type(exc).__name__}",
                                 permanent=False) from None
         if refused:
             code, text = next(iter(refused.values()))
@@ -169,5 +216,5 @@ def _reply(code: int, text) -> str:
 
 def open_transport(settings) -> MaildirTransport | SmtpTransport:
     if settings.smtp_url:
-        return SmtpTransport(settings.smtp_url, timeout=settings.smtp_timeout_seconds)
+        return SmtpTransport(settings.smtp_url, timeout=settings.smtp_timeout_seconds, ca_file=settings.smtp_ca_file)
     return MaildirTransport(settings.mail_dir)
