@@ -338,9 +338,11 @@ def _register_domain_commands() -> None:
     """worker/jobs (delivery) and inventory (redemption) live with their domains."""
     from largesse.delivery import cli as delivery_cli
     from largesse.redemption import cli as redemption_cli
+    from largesse.webhooks import cli as webhooks_cli
 
     delivery_cli.register(app)
     redemption_cli.register(app)
+    webhooks_cli.register(app)
 
 
 _register_domain_commands()

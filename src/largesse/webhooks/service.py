@@ -89,6 +89,24 @@ def signing_key(engine: Engine, settings: Settings, row) -> str:
     return plain
 
 
+def reencrypt_all(engine: Engine, settings: Settings) -> tuple[int, int, list[str]]:
+    """Re-encrypt every signing key under the current secret (`largesse webhooks rotate-keys`):
+    (re-encrypted, already current, ids of webhooks whose key no secret opens)."""
+    with db.read(engine) as conn:
+        rows = conn.execute(select(webhooks)).all()
+    box, rotated, current, failed = crypto.keybox(settings), 0, 0, []
+    for row in rows:
+        try:
+            stale = row.private_key_encrypted is None or box.decrypt(row.private_key_encrypted)[1]
+            if stale:
+                signing_key(engine, settings, row)  # re-encrypts on the way
+        except crypto.KeyUnavailable:
+            failed.append(row.id)
+            continue
+        rotated, current = rotated + stale, current + (not stale)
+    return rotated, current, failed
+
+
 def to_wire(row, private_key: str | None) -> dict:
     """The Webhook object. private_key (and its Standard Webhooks form, signing_secret) only
     for callers allowed to see it: omitted for read-only API keys (the client's Webhook model
