@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-sqlite lint bench browser install clean
+.PHONY: run test test-sqlite lint bench simulate browser install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,14 +35,22 @@ browser:
 	  else echo "note: chromium not installed; browser tests will skip (fail under CI)"; fi; }
 
 test: $(STAMP) browser
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench simulation
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench simulation
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+# The fault simulation (docs/simulation.md): `make simulate SEED=42 STEPS=10000 DB=sqlite`.
+# Without SEED a random one is drawn and printed; DB is sqlite, postgresql or both.
+SEED ?=
+STEPS ?= 2000
+DB ?= both
+simulate: $(STAMP)
+	$(BIN)/python -m simulation.run $(if $(SEED),--seed $(SEED)) --steps $(STEPS) --db $(DB)
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

@@ -29,11 +29,14 @@ class StatementFault:
         self.statements = 0  # every statement the services ran (for the figures)
         self.fired: str | None = None
         self.paused = False
+        self.kill = False
         event.listen(engine, "before_cursor_execute", self._before)
 
-    def arm(self, nth: int) -> None:
-        """Fail the nth statement from now (1 = the next one)."""
+    def arm(self, nth: int, *, kill: bool = False) -> None:
+        """Fail the nth statement from now (1 = the next one); with kill, the process dies there
+        instead (Killed, before the statement reaches the database)."""
         self.countdown = nth
+        self.kill = kill
         self.fired = None
 
     def disarm(self) -> None:
@@ -59,6 +62,8 @@ class StatementFault:
             return
         self.countdown = None
         self.fired = " ".join(statement.split())[:80]
+        if self.kill:
+            raise Killed(f"process killed before the statement {self.fired}")
         raise self.error_class(f"{MARK}: statement failed: {self.fired}")
 
 

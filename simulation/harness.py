@@ -54,21 +54,33 @@ class SimWorker:
 
     def batch(self) -> tuple[int, str | None]:
         """Claim and run one batch; (jobs claimed, "killed" if the process died in it)."""
-        items = job_queue.claim(self.sim.engine, self.id, limit=BATCH,
-                                lease_seconds=self.sim.settings.job_lease_seconds, prepare=tasks.preparer(self.ctx))
-        for i, item in enumerate(items):
-            try:
-                tasks.run_claimed(self.ctx, item)
-            except Killed:
-                self._abandon(items[i:])
-                self.transport.inner.close()  # the dead process's connection goes away with it
-                self.start()
-                return len(items), "killed"
-            except BaseException:
-                # The real worker's loop logs it and moves on: the rest of the batch waits for its lease.
-                self._abandon(items[i:])
-                raise
+        items = []
+        try:
+            items = job_queue.claim(self.sim.engine, self.id, limit=BATCH,
+                                    lease_seconds=self.sim.settings.job_lease_seconds,
+                                    prepare=tasks.preparer(self.ctx))
+            for i, item in enumerate(items):
+                try:
+                    tasks.run_claimed(self.ctx, item)
+                except BaseException:
+                    # Killed: the process is gone. Anything else: the real worker's loop logs it
+                    # and goes on with a new batch. Either way the rest of this batch waits for its lease.
+                    self._abandon(items[i:])
+                    raise
+        except Killed as exc:
+            self.transport.inner.close()  # the dead process's connection goes away with it
+            self.start()
+            return len(items), "killed after send" if "SMTP" in str(exc) else "killed at a statement"
         return len(items), None
+
+    def chores(self) -> int:
+        """housekeeping() in a process that may be killed in it (then restarted)."""
+        try:
+            return self.housekeeping()
+        except Killed:
+            self.transport.inner.close()
+            self.start()
+            return 0
 
     def _abandon(self, items) -> None:
         self.sim.model.abandoned_jobs.update(item.job.id for item in items if not item.skipped)
@@ -100,7 +112,7 @@ class Simulation:
             database_url=self.database.url, environment="sandbox", public_url="http://127.0.0.1:9",
             smtp_url=self.smtp.url, run_worker=False, smtp_timeout_seconds=5.0,
             job_lease_seconds=300.0, job_retry_base_seconds=30.0, job_retry_max_seconds=3600.0,
-            expire_interval_seconds=60.0, webhook_timeout_seconds=0.25, webhook_allow_private=True,
+            expire_interval_seconds=60.0, webhook_timeout_seconds=1.0, webhook_allow_private=True,
             secret_key=f"simulation-{seed}",
         )
         timeutil.set_clock(self.clock)

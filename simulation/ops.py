@@ -326,14 +326,14 @@ def op_worker(sim) -> str:
         sim.kill_next_send = False
     try:
         if rng.random() < 0.3:
-            reclaimed = worker.housekeeping()
+            reclaimed = worker.chores()
             if reclaimed:
                 notes.append(f"reclaimed {reclaimed}")
         for _ in range(rng.randint(1, 4)):
             claimed, event = worker.batch()
             notes.append(f"{claimed} jobs" + (f" ({event})" if event else ""))
-            if event == "killed":
-                sim.count("fault: worker killed after send")
+            if event:
+                sim.count(f"fault: worker {event}")
                 break
             if not claimed:
                 break
