@@ -111,3 +111,19 @@ def test_malformed_urls_never_500(http, url):
     assert response.status_code in (200, 400), response.text
     if response.status_code == 200:
         assert http.delete(f"/webhooks/{response.json()['webhook']['id']}").status_code == 204
+
+
+def test_odd_bodies_never_500(http, receiver):
+    hook = http.post("/webhooks", json={"url": receiver.url}).json()["webhook"]
+    for body in (b"", b"null", b"[]", b'"x"', b"{}", b'{"url": 5}', b'{"url": null}', b'{"url": ["http://a"]}',
+                 b'{"url": "http://a.com/' + b"x" * 3000 + b'"}', b'{"url": "http://\\u0000/"}', b"{bad json",
+                 b'{"url": "http://\\ud800.com/"}', b'{"url": "https://[::ffff:1.2.3.4]:65535/"}'):
+        response = http.post("/webhooks", content=body, headers={"Content-Type": "application/json"})
+        assert response.status_code < 500, (body, response.text)
+        if response.status_code == 200 and response.json()["webhook"]["url"] != receiver.url:
+            http.post("/webhooks", json={"url": receiver.url})  # back to the receiver: nothing leaves loopback
+    for body in (b"", b"{}", b'{"event": 5}', b'{"event": "\\u0000"}', b'{"event": "' + b"E" * 500 + b'"}'):
+        response = http.post(f"/webhooks/{hook['id']}/simulate", content=body,
+                             headers={"Content-Type": "application/json"})
+        assert response.status_code in (400, 422), (body, response.text)
+    assert http.delete(f"/webhooks/{hook['id']}").status_code == 204
