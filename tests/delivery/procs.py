@@ -44,8 +44,10 @@ class Proc:
     def __init__(self, args: list[str], env: dict, log: Path):
         self.log = log
         self.started_at = time.monotonic()
+        # The tests' working directory: on PostgreSQL without LARGESSE_SECRET_KEY, webhook signing
+        # keys are encrypted under a key file in ./var/, which the process must share with the tests.
         self.popen = subprocess.Popen([LARGESSE, *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                      cwd=log.parent)
+                                      cwd=os.getcwd())
 
     @property
     def pid(self) -> int:

@@ -1,0 +1,78 @@
+"""No organization and no kind of job starves the others.
+
+- A webhook receiver that trickles its answer (org A, several events) holds webhook threads
+  only: org B's email, sent by a real `largesse worker` process with the default settings,
+  goes out within 15 s, and org B's own webhook event within one webhook deadline or so.
+- One organization's backlog of 600 emails does not delay another organization's email by
+  more than a batch or two.
+"""
+
+from __future__ import annotations
+
+import time
+
+from largesse.delivery.worker import Worker
+from tests.conftest import create_org
+from tests.delivery.conftest import tagged
+from tests.delivery.procs import Smtp, StallHandler, delivery_statuses, env_for, start_worker, wait_until
+from tests.delivery.test_recovery import order, settle
+from tests.factories import ok
+from tests.webhooks.kit import Receiver, Trickler
+
+
+def test_trickling_webhook_receiver_does_not_delay_another_orgs_email(engine, server, database_url, fast, tmp_path):
+    good = Smtp(StallHandler(stall=0))
+    # Headers, then one byte every 3 s of a 1000-byte body: never finishes within any deadline.
+    trickler = Trickler(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", b"x" * 1000, interval=3.0)
+    receiver = Receiver()
+    org_a, org_b = create_org(engine, server.url, name="Slow Hooks"), create_org(engine, server.url, name="Waiting")
+    proc = None
+    try:
+        settle(engine, fast, good.url)
+        with org_a.http() as a, org_b.http() as b:
+            hook = ok(a.post("/webhooks", json={"url": trickler.url}))["webhook"]
+            for _ in range(6):
+                assert a.post(f"/webhooks/{hook['id']}/simulate", json={"event": "ORDERS.CREATED"}).status_code == 200
+            ok(b.post("/webhooks", json={"url": receiver.url}))
+            proc = start_worker(env_for(database_url, good.url), tmp_path / "worker.log")  # the defaults: 2 + 2
+            wait_until(lambda: trickler.requests >= 2, 20, message="the slow receiver got no request")
+            address = tagged(org_b.member_email, "waiting")
+            started = time.monotonic()
+            [reward_id] = order(b, [address])
+            wait_until(lambda: delivery_statuses(engine, [reward_id])[reward_id] == "SUCCEEDED", 15, interval=0.1,
+                       message="org B's email was not delivered")
+            email_after = time.monotonic() - started
+            wait_until(lambda: receiver.events("ORDERS.CREATED"), 25, interval=0.1,
+                       message="org B's webhook event was not delivered")
+            hook_after = time.monotonic() - started
+        print(f"\nFAIRNESS: org B's email {email_after:.1f} s, its webhook {hook_after:.1f} s, "
+              f"while org A's receiver trickled ({trickler.requests} requests held)")
+        assert len(good.handler.to(address)) == 1
+    finally:
+        if proc is not None:
+            proc.kill()
+        trickler.close()
+        receiver.server.shutdown()
+        good.stop()
+
+
+def test_a_large_backlog_of_one_org_does_not_delay_another_orgs_email(engine, server, fast):
+    sink = Smtp(StallHandler(stall=0))
+    big, small = create_org(engine, server.url, name="Big Sender"), create_org(engine, server.url, name="Small")
+    try:
+        settle(engine, fast, sink.url)
+        with big.http() as a, small.http() as b:
+            for batch in range(3):
+                order(a, [tagged(big.member_email, f"b{batch}-{i}") for i in range(200)])
+            late = tagged(small.member_email, "late")
+            order(b, [late])
+        # One email thread: the order of acceptance at the SMTP server is the order of claims.
+        Worker(engine, fast(smtp_url=sink.url), concurrency=1, webhook_concurrency=0).drain()
+        sent = sink.handler.order()
+        position = sent.index(late) + 1
+        print(f"\nFAIRNESS: behind a backlog of 600 emails of another organization, the email was sent "
+              f"{position}th of {len(sent)}")
+        assert len(sent) >= 601
+        assert position <= 10, f"sent {position}th: more than two batches of 5 after the backlog began"
+    finally:
+        sink.stop()
