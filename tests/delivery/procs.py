@@ -180,31 +180,31 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, message: str =
 # --- a TCP proxy in front of PostgreSQL that can be cut and restored ----------------------------
 
 class CuttableProxy:
-    """Forwards 127.0.0.1:port to a target; cut() closes every connection and refuses new ones
-    (the database is unreachable), restore() listens again on the same port."""
+    """Forwards 127.0.0.1:port to a target; cut() closes every connection and, until restore(),
+    closes each new one at once (the database is unreachable). The port keeps its listener: a
+    closed port in the ephemeral range could be picked as a client's own source port, and a
+    connection to it would then connect to itself."""
 
     def __init__(self, target_host: str, target_port: int):
         self.target = (target_host, target_port)
-        self.port = free_port()
         self.conns: list[socket.socket] = []
         self.lock = threading.Lock()
-        self.listener: socket.socket | None = None
-        self.restore()
+        self.down = False
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def restore(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
+    def _accept(self) -> None:
         while True:
             try:
-                client, _ = listener.accept()
+                client, _ = self.listener.accept()
             except OSError:
                 return
+            if self.down:
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -230,9 +230,7 @@ class CuttableProxy:
                     pass
 
     def cut(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
-            self.listener = None
+        self.down = True
         with self.lock:
             conns, self.conns = self.conns, []
         for s in conns:
@@ -242,5 +240,9 @@ class CuttableProxy:
                 pass
             s.close()
 
+    def restore(self) -> None:
+        self.down = False
+
     def close(self) -> None:
         self.cut()
+        self.listener.close()

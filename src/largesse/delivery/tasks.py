@@ -109,6 +109,11 @@ def run_claimed(ctx: Context, item: Claimed) -> str:
     except DeliveryError as exc:
         return fail(ctx, job, str(exc), permanent=exc.permanent)
     except Exception as exc:  # a bug or the database: retry with backoff, keep the worker alive
+        if db.is_unavailable(exc):
+            # The database is out of reach: recording a failure would fail too. The job stays
+            # `running`; the worker stops renewing its lease and backs off, and the job is
+            # reclaimed once the lease runs out (worker.py).
+            raise
         log.exception("job %s (%s) raised", job.id, job.kind)
         return fail(ctx, job, f"{type(exc).__name__}: {exc}", permanent=False)
 
