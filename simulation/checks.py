@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from largesse import db
 from largesse.delivery import jobs as job_queue
@@ -12,7 +12,7 @@ from largesse.delivery.models import jobs
 from largesse.funding import service as funding
 from largesse.funding.models import funding_sources, ledger_entries
 from largesse.orders.models import orders, rewards
-from largesse.redemption.models import payouts
+from largesse.redemption.models import inventory_codes, payouts
 from simulation.model import Violation
 
 REFUND = "reward_refund"
@@ -37,7 +37,12 @@ def check_step(sim) -> None:
         for row in conn.execute(select(ledger_entries.c.reward_id, ledger_entries.c.amount_cents)
                                 .where(ledger_entries.c.kind == REFUND)):
             refunds[row.reward_id].append(row.amount_cents)
-        payout_count = Counter(conn.execute(select(payouts.c.reward_id)).scalars())
+        payout_rows = conn.execute(select(payouts.c.reward_id, payouts.c.product_id, payouts.c.provider,
+                                          payouts.c.code)).all()
+        payout_count = Counter(p.reward_id for p in payout_rows)
+        codes = conn.execute(select(inventory_codes.c.code, inventory_codes.c.reward_id)
+                             .where(inventory_codes.c.reward_id.is_not(None))).all()
+        loaded = conn.execute(select(func.count()).select_from(inventory_codes)).scalar_one()
         debits = Counter(conn.execute(select(ledger_entries.c.order_id).where(ledger_entries.c.kind == "order"))
                          .scalars())
         balances = dict(conn.execute(select(funding_sources.c.id, funding_sources.c.available_cents)).all())
@@ -65,6 +70,7 @@ def check_step(sim) -> None:
 
     sim.delivery_failed = [i for i in model.reward_order if reward_rows[i].delivery_status == "FAILED"
                            and reward_rows[i].status == "ACTIVE"]
+    _check_payouts(model, payout_rows, codes, loaded)
     refunded_by_org: Counter = Counter()
     refunded_by_order: Counter = Counter()
     for reward in model.rewards.values():
@@ -102,6 +108,25 @@ def check_step(sim) -> None:
     if stray:
         raise Violation(f"jobs left running by a worker that finished its batch: {sorted(stray)[:10]}")
     model.abandoned_jobs &= running  # the others were reclaimed and requeued
+
+
+def _check_payouts(model, payout_rows, codes, loaded: int) -> None:
+    """Each payout is for the product the simulation chose; each inventory code is issued at
+    most once, to exactly the reward whose payout shows it."""
+    for payout in payout_rows:
+        reward = model.rewards.get(payout.reward_id)
+        if reward is None or reward.product != payout.product_id:
+            raise Violation(f"payout of {payout.reward_id} for {payout.product_id}; the simulation redeemed "
+                            f"{reward.product if reward else 'no such reward'}")
+    issued = {c.code: c.reward_id for c in codes}
+    inventory_payouts = {p.reward_id: p.code for p in payout_rows if p.provider == "inventory"}
+    if len(issued) != len(codes) or sorted(issued.values()) != sorted(inventory_payouts) or any(
+            issued.get(code) != reward_id for reward_id, code in inventory_payouts.items()):
+        raise Violation(f"inventory codes issued {sorted(issued.items())[:5]} do not match the inventory payouts "
+                        f"{sorted(inventory_payouts.items())[:5]}")
+    if (len(codes), loaded) != (model.codes_issued, model.codes_loaded):
+        raise Violation(f"inventory: {len(codes)} of {loaded} codes issued, the simulation expected "
+                        f"{model.codes_issued} of {model.codes_loaded}")
 
 
 def check_final(sim) -> list[str]:

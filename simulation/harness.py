@@ -12,13 +12,16 @@ from sqlalchemy import func, select
 from largesse import db, timeutil
 from largesse.auth import Credentials, hash_key
 from largesse.bootstrap import prepare
+from largesse.catalog import service as catalog
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery import tasks
 from largesse.delivery.models import jobs
 from largesse.delivery.transport import SmtpTransport
+from largesse.delivery.worker import BATCH
 from largesse.funding.models import funding_sources
 from largesse.orgs import service as orgs
+from largesse.redemption import inventory
 from largesse.webhooks import crypto
 from largesse.webhooks import service as webhooks
 from simulation.faults import Killed, KillingTransport, StatementFault
@@ -26,13 +29,14 @@ from simulation.model import Model, OrgM
 from simulation.ops import harvest_mail
 from simulation.parts import Clock, Database, SmtpServer, WebhookReceiver
 
-BATCH = 5  # as delivery/worker.py
+INVENTORY_PRODUCT = "PSIMINVENTRY01US"
 
 
 class SimWorker:
-    """What delivery/worker.py's Worker does in one thread (claim a batch with the real
-    preparer, run each job with the real run_claimed), minus the threads, so that the
-    simulation decides when it runs. start() is a (re)started worker process."""
+    """What delivery/worker.py's Worker does (claim a batch of a lane with the real preparer,
+    run each job with the real run_claimed; the heartbeat's reclaim of expired leases), minus
+    the threads, so that the seeded simulation decides which lane runs when. No virtual time
+    passes while a job runs, so leases never need renewing. start() is a (re)started process."""
 
     def __init__(self, sim: Simulation):
         self.sim = sim
@@ -46,19 +50,20 @@ class SimWorker:
         settings = self.sim.settings
         self.transport = KillingTransport(SmtpTransport(settings.smtp_url, timeout=settings.smtp_timeout_seconds))
         self.ctx = tasks.Context(self.sim.engine, settings, self.id, self.transport)
+        self.cursors = {lane: job_queue.Cursor() for lane in BATCH}
 
     def housekeeping(self) -> int:
-        """The worker's periodic chores: the expiry sweep's row exists; expired leases requeued."""
+        """The heartbeat's chores: the expiry sweep's row exists; expired leases are requeued."""
         job_queue.ensure_periodic(self.sim.engine, "expire_rewards")
         return job_queue.reclaim_expired(self.sim.engine)
 
-    def batch(self) -> tuple[int, str | None]:
-        """Claim and run one batch; (jobs claimed, "killed" if the process died in it)."""
+    def batch(self, lane: str) -> tuple[int, str | None]:
+        """Claim and run one batch of `lane`; (jobs claimed, how the process died in it, if it did)."""
         items = []
         try:
-            items = job_queue.claim(self.sim.engine, self.id, limit=BATCH,
+            items = job_queue.claim(self.sim.engine, self.id, limit=BATCH[lane],
                                     lease_seconds=self.sim.settings.job_lease_seconds,
-                                    prepare=tasks.preparer(self.ctx))
+                                    prepare=tasks.preparer(self.ctx), lane=lane, cursor=self.cursors[lane])
             for i, item in enumerate(items):
                 try:
                     tasks.run_claimed(self.ctx, item)
@@ -72,6 +77,12 @@ class SimWorker:
             self.start()
             return len(items), "killed after send" if "SMTP" in str(exc) else "killed at a statement"
         return len(items), None
+
+    def drain(self) -> None:
+        """Every lane until nothing is due (the end of a run)."""
+        for lane in BATCH:
+            while self.batch(lane)[0]:
+                harvest_mail(self.sim)
 
     def chores(self) -> int:
         """housekeeping() in a process that may be killed in it (then restarted)."""
@@ -100,6 +111,7 @@ class Simulation:
         self.model = Model()
         self.step = 0
         self.counts: dict[str, int] = {}
+        self.fund_retry: list = []  # fundings with a reference that failed by a fault: the operator retries
         self.retry_later: list = []  # orders with an external_id that failed by a fault: clients retry them
         self.delivery_failed: list[str] = []  # ACTIVE rewards whose delivery FAILED (checks.py keeps it)
         self.hang_once = False  # the webhook receiver hangs during this step
@@ -111,8 +123,7 @@ class Simulation:
         self.settings = Settings(
             database_url=self.database.url, environment="sandbox", public_url="http://127.0.0.1:9",
             smtp_url=self.smtp.url, run_worker=False, smtp_timeout_seconds=5.0,
-            job_lease_seconds=300.0, job_retry_base_seconds=30.0, job_retry_max_seconds=3600.0,
-            expire_interval_seconds=60.0, webhook_timeout_seconds=1.0, webhook_allow_private=True,
+            webhook_timeout_seconds=1.0, webhook_allow_private=True,  # leases, retries, expiry: the defaults
             secret_key=f"simulation-{seed}",
         )
         timeutil.set_clock(self.clock)
@@ -122,6 +133,7 @@ class Simulation:
         self.worker = SimWorker(self)
         self._quiet_logs()
         self._create_orgs()
+        self._create_inventory_product()
 
     @staticmethod
     def _quiet_logs() -> None:
@@ -139,6 +151,26 @@ class Simulation:
             credentials = Credentials(hash_key(created.api_key), writes=True, environment="sandbox")
             self.model.orgs.append(OrgM(created.organization_id, credentials, created.funding_source_id, member,
                                         funded_cents=created.available_cents))
+
+    def _create_inventory_product(self) -> None:
+        """A gift card paid out from loaded codes (the `inventory` provider): it can run out."""
+        with db.write(self.engine) as conn:
+            catalog.import_rows(conn, catalog.parse_catalog({"products": [{
+                "id": INVENTORY_PRODUCT, "name": "Simulated Inventory Card", "category": "merchant_card",
+                "countries": ["US"], "skus": [{"min": 5, "max": 500, "currency_code": "USD"}],
+                "fulfillment": "inventory"}]}))
+        self.restock(3)
+
+    def restock(self, count: int) -> int:
+        """`largesse inventory import` of `count` new codes (and one repeated code, skipped)."""
+        first = self.model.codes_loaded
+        codes = [f"SIM-{self.seed}-{n:06d}" for n in range(first, first + count)]
+        text = "code,pin\n" + "".join(f"{c},{n % 10000:04d}\n" for n, c in enumerate(codes)) + (
+            f"{codes[0]},0000\n" if codes else "")
+        with db.write(self.engine) as conn:
+            imported, _skipped, _ = inventory.import_codes(conn, INVENTORY_PRODUCT, text)
+        self.model.codes_loaded += imported
+        return imported
 
     # --- reading the database (for predictions; checks.py verifies what it reads) ------------
 
@@ -161,8 +193,7 @@ class Simulation:
         for rounds in range(1, max_rounds + 1):
             self.clock.advance(self.settings.job_lease_seconds + 1)
             self.worker.housekeeping()
-            while self.worker.batch()[0]:
-                harvest_mail(self)
+            self.worker.drain()
             with db.read(self.engine) as conn:
                 pending = conn.execute(
                     select(func.count(), func.min(jobs.c.run_after))
@@ -171,8 +202,7 @@ class Simulation:
             if not pending[0]:
                 # One more sweep at the final time, so every overdue reward is expired.
                 self.clock.advance(self.settings.expire_interval_seconds + 1)
-                while self.worker.batch()[0]:
-                    harvest_mail(self)
+                self.worker.drain()
                 return rounds
             if pending[1] is not None and pending[1] > self.clock.now:
                 self.clock.now = max(self.clock.now, pending[1]) + timedelta(seconds=1)

@@ -28,6 +28,7 @@ class RewardM:
     cost_cents: int  # denomination + fee: what a refund gives back
     expires_at: datetime | None
     outcome: str = "ACTIVE"  # ACTIVE, or REDEEMED / CANCELED when the simulation did it
+    product: str | None = None  # the product it was redeemed for
     tokens: list[str] = field(default_factory=list)  # links the simulation holds (response, emails)
 
 
@@ -50,6 +51,7 @@ class OrgM:
     funded_cents: int  # every credit the simulation made (sandbox credit, fundings)
     orders: list[str] = field(default_factory=list)
     by_external_id: dict[str, str] = field(default_factory=dict)
+    references: dict[str, int] = field(default_factory=dict)  # funding reference -> cents credited
     fee_basis_points: int = 0
     fee_flat_cents: int = 0
 
@@ -62,6 +64,8 @@ class Model:
     reward_order: list[str] = field(default_factory=list)  # creation order, for seeded picks
     # Jobs claimed by a worker that died or gave up on its batch: `running` until their lease ends.
     abandoned_jobs: set[int] = field(default_factory=set)
+    codes_loaded: int = 0  # inventory codes imported
+    codes_issued: int = 0  # inventory codes paid out by redemptions
     emails: int = 0
     duplicate_emails: int = 0
     emailed: dict[str, int] = field(default_factory=dict)  # reward id -> emails received

@@ -15,6 +15,7 @@ import orjson
 from sqlalchemy import select, update
 
 from largesse import db
+from largesse.delivery import jobs as job_queue
 from largesse.delivery import service as delivery
 from largesse.errors import ApiError, Conflict, NotFound, PaymentRequired, Unprocessable
 from largesse.funding import service as funding
@@ -28,9 +29,12 @@ from largesse.web import parse_json_body
 from simulation.faults import is_injected
 from simulation.model import OrderM, OrgM, RewardM, Violation
 
-# USD products of the shipped catalog with the sandbox provider, all valid from 5 to 500 USD.
-PRODUCTS = ["PGCNWBOOKS01US", "PVCMERIDUS01US", "PCHOCEANTR01US", "PCSBANKACH01US"]
+# USD products of the shipped catalog with the sandbox provider, and the simulation's own
+# inventory card (harness.py), all valid from 5 to 500 USD.
+INVENTORY_PRODUCT = "PSIMINVENTRY01US"
+PRODUCTS = ["PGCNWBOOKS01US", "PVCMERIDUS01US", "PCHOCEANTR01US", "PCSBANKACH01US", INVENTORY_PRODUCT]
 NOT_OFFERED = "PGCPIXLARC01US"
+LANES = [job_queue.MAIL, job_queue.MAIL, job_queue.WEBHOOK]
 
 
 def fee_of(cents: int, org: OrgM) -> int:
@@ -294,8 +298,10 @@ def op_redeem(sim) -> str:
         return op_worker(sim)
     token = reward.tokens[sim.rng.randrange(len(reward.tokens))]
     product = NOT_OFFERED if sim.rng.random() < 0.08 else sim.rng.choice(reward.products)
+    in_stock = sim.model.codes_loaded > sim.model.codes_issued
     if _live(sim, reward):
-        expected = "ok" if product in reward.products else "invalid_choice"
+        expected = "invalid_choice" if product not in reward.products else (
+            "unavailable" if product == INVENTORY_PRODUCT and not in_stock else "ok")
     else:
         expected = {"REDEEMED": "already_redeemed", "CANCELED": "canceled"}.get(reward.outcome, "expired")
     what = f"redeem {reward.id} for {product} ({reward.outcome}, expires {reward.expires_at})"
@@ -310,7 +316,12 @@ def op_redeem(sim) -> str:
         raise Violation(f"{what}: {outcome}, expected {expected}")
     if outcome == "ok":
         reward.outcome = "REDEEMED"
+        reward.product = product
         sim.count("reward redeemed")
+        if product == INVENTORY_PRODUCT:
+            sim.model.codes_issued += 1
+    elif outcome == "unavailable":
+        sim.count("redemption refused: out of stock")
     return f"{what}: {outcome}"
 
 
@@ -329,9 +340,10 @@ def op_worker(sim) -> str:
             reclaimed = worker.chores()
             if reclaimed:
                 notes.append(f"reclaimed {reclaimed}")
-        for _ in range(rng.randint(1, 4)):
-            claimed, event = worker.batch()
-            notes.append(f"{claimed} jobs" + (f" ({event})" if event else ""))
+        for _ in range(rng.randint(1, 5)):
+            lane = rng.choice(LANES)
+            claimed, event = worker.batch(lane)
+            notes.append(f"{claimed} {lane} jobs" + (f" ({event})" if event else ""))
             if event:
                 sim.count(f"fault: worker {event}")
                 break
@@ -368,17 +380,49 @@ def harvest_mail(sim) -> None:
 # --- the operator and the environment --------------------------------------------------------
 
 def op_fund(sim) -> str:
-    org = sim.rng.choice(sim.model.orgs)
-    cents = sim.rng.randrange(10_000, 200_001)
+    """An operator funds a balance (`largesse balance fund`), usually with a reference: the same
+    reference again credits nothing; one that failed by a fault is retried and then credits."""
+    rng = sim.rng
+    org = rng.choice(sim.model.orgs)
+    if org.references and rng.random() < 0.3:
+        reference = rng.choice(sorted(org.references))
+        cents, expect_credit = org.references[reference], False
+    elif sim.fund_retry and rng.random() < 0.5:
+        org, reference, cents = sim.fund_retry.pop(0)
+        expect_credit = True
+    else:
+        reference = f"wire-{sim.seed}-{sim.step}" if rng.random() < 0.8 else None
+        cents, expect_credit = rng.randrange(10_000, 200_001), True
+    what = f"fund {org.id} {cents} (reference {reference})"
     try:
-        with db.write(sim.engine) as conn:  # what `largesse balance fund` does
-            source = funding.resolve(conn, org.id, "BALANCE")
-            funding.credit(conn, funding_source_id=source.id, organization_id=org.id, amount_cents=cents,
-                           kind="funding", memo=f"simulation step {sim.step}")
+        done = funding.fund(sim.engine, organization_id=org.id, amount_cents=cents, memo=f"step {sim.step}",
+                            reference=reference)
     except Exception as exc:
-        return _expected_failure(sim, exc, f"fund {org.id}")
-    org.funded_cents += cents
-    return f"fund {org.id}: +{cents}"
+        if reference is not None:
+            sim.fund_retry.append((org, reference, cents))
+        return _expected_failure(sim, exc, what)
+    if done.credited != expect_credit or done.amount_cents != cents:
+        raise Violation(f"{what}: credited={done.credited} amount {done.amount_cents}, expected "
+                        f"credited={expect_credit}")
+    if done.credited:
+        org.funded_cents += cents
+        if reference is not None:
+            org.references[reference] = cents
+        sim.count("balance funded")
+        return f"{what}: credited"
+    sim.count("funding replayed")
+    return f"{what}: already credited, nothing moved"
+
+
+def op_restock(sim) -> str:
+    count = sim.rng.randint(1, 4)
+    try:
+        imported = sim.restock(count)
+    except Exception as exc:
+        return _expected_failure(sim, exc, f"restock {count} codes")
+    if imported != count:
+        raise Violation(f"restock: {imported} codes imported of {count} new ones")
+    return f"restock: {imported} codes"
 
 
 def op_settings(sim) -> str:
@@ -410,5 +454,6 @@ def op_time(sim) -> str:
 
 OPERATIONS = [
     (op_order, 30), (op_duplicate, 5), (op_conflict, 2), (op_overdraft, 3), (op_cancel, 7), (op_resend, 5),
-    (op_generate_link, 2), (op_redeem, 12), (op_worker, 22), (op_fund, 2), (op_settings, 2), (op_time, 8),
+    (op_generate_link, 2), (op_redeem, 12), (op_worker, 22), (op_fund, 3), (op_restock, 1), (op_settings, 2),
+    (op_time, 8),
 ]

@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import random
 import re
+import signal
 import sys
 import time
 import traceback
@@ -133,7 +134,12 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
+def _interrupt(_signum, _frame):
+    raise KeyboardInterrupt  # SIGTERM: unwind, so the run's database and servers are cleaned up
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(prog="python -m simulation.run", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=None, help="default: a random seed (printed)")
     parser.add_argument("--steps", type=int, default=2000)
