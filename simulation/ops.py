@@ -369,6 +369,10 @@ def harvest_mail(sim) -> None:
                 raise Violation(f"an email for reward {mail.reward_id}, which no acknowledged order has")
             if mail.token is None or tokens.reward_for(conn, mail.token) != reward.id:
                 raise Violation(f"the email for {reward.id} carries a link that does not open it")
+            if reward.expires_at is not None and reward.expires_at <= sim.clock.now:
+                # Not an invariant of the current code (the sender checks the stored status, and
+                # the sweep may not have run yet); counted so that the figures show it.
+                sim.count("observation: email sent for a reward already past its expiry")
             seen = sim.model.emailed.get(reward.id, 0)
             sim.model.emailed[reward.id] = seen + 1
             sim.model.emails += 1
