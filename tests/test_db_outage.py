@@ -296,6 +296,12 @@ def pg_table(engine, backend):
         conn.exec_driver_sql(f"DROP TABLE {name}")
 
 
+def _in_new_loop(coroutine):
+    """Run a coroutine in its own thread and event loop (another test may have left one running here)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result(timeout=60)
+
+
 def _retries(reason: str) -> float:
     return metrics.DB_RETRIES.labels(reason)._value.get()
 
@@ -311,7 +317,7 @@ def test_write_db_reruns_a_transaction_after_a_serialization_failure(engine, pg_
             conn.exec_driver_sql("DO $$ BEGIN RAISE EXCEPTION 'provoked' USING ERRCODE = '40001'; END $$")
         return len(attempts)
 
-    assert asyncio.run(web.write_db(engine, work)) == 2
+    assert _in_new_loop(web.write_db(engine, work)) == 2
     with db.read(engine) as conn:  # the failed attempt's update was rolled back: counted once
         assert conn.exec_driver_sql(f"SELECT n FROM {pg_table} WHERE id = 1").scalar() == 1
     assert _retries("serialization_failure") == before + 1
@@ -325,7 +331,7 @@ def test_retries_are_bounded_and_other_errors_are_not_retried(engine, pg_table):
         conn.exec_driver_sql("DO $$ BEGIN RAISE EXCEPTION 'provoked' USING ERRCODE = '40P01'; END $$")
 
     with pytest.raises(sa_exc.OperationalError) as raised:
-        asyncio.run(web.write_db(engine, always_fails))
+        _in_new_loop(web.write_db(engine, always_fails))
     assert len(attempts) == db.RETRY_ATTEMPTS and db.is_unavailable(raised.value)  # the API answers 503
 
     attempts.clear()
@@ -335,7 +341,7 @@ def test_retries_are_bounded_and_other_errors_are_not_retried(engine, pg_table):
         conn.exec_driver_sql(f"INSERT INTO {pg_table} VALUES (1, 0)")
 
     with pytest.raises(sa_exc.IntegrityError):
-        asyncio.run(web.write_db(engine, duplicate))
+        _in_new_loop(web.write_db(engine, duplicate))
     assert len(attempts) == 1
 
 
