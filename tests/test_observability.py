@@ -225,8 +225,12 @@ def test_metrics_add_up_across_worker_processes(tmp_path, workers):
                        .get('{method="GET",route="/healthz",status="200"}'))
         log = log_path.read_text()
         pids = set(re.findall(r"Started server process \[(\d+)\]", log))
+        environ = Path(f"/proc/{min(pids)}/environ").read_bytes().split(b"\0")
+        metrics_dir = next(v for v in environ if v.startswith(b"PROMETHEUS_MULTIPROC_DIR=")).split(b"=", 1)[1]
+        assert os.path.isdir(metrics_dir) and os.listdir(metrics_dir)  # serve made it; processes write there
     finally:
         _stop(process)
     assert len(pids) == workers, log
+    assert not os.path.exists(metrics_dir)  # serve removed its temporary directory when it stopped
     # Whichever process answered the scrape, it reported every process's requests (+ readiness polls).
     assert len(counts) == 1 and counts.pop() >= sent, counts
