@@ -68,6 +68,54 @@ def db_upgrade():
     typer.echo("database is up to date")
 
 
+@db_app.command("backup")
+def db_backup(path: Annotated[str, typer.Argument(help="File to write (must not exist yet)")]):
+    """Copy a live SQLite database to PATH with SQLite's online backup API (a consistent
+    snapshot; the server keeps serving). On PostgreSQL, use pg_dump (see README)."""
+    import os
+    import sqlite3
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    settings = load_settings()
+    url = make_url(db.normalize_url(settings.database_url))
+    if url.get_backend_name() != "sqlite":
+        fail("this database is PostgreSQL: back it up with pg_dump, e.g.\n"
+             "  pg_dump --format=custom --file=largesse.dump \"$LARGESSE_DATABASE_URL\"\n"
+             "and restore with pg_restore --clean --if-exists --no-owner --dbname=URL largesse.dump "
+             "(README, Backup and restore)")
+    source_path = Path(url.database or "")
+    if not url.database or url.database == ":memory:" or not source_path.is_file():
+        fail(f"no SQLite database file at {url.database!r}")
+    target = Path(path)
+    if target.exists():
+        fail(f"{target} already exists: choose a new file")
+    if target.resolve() == source_path.resolve():
+        fail("the backup must go to another file than the database itself")
+    # No migration first: a backup taken before an upgrade must hold the old schema.
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        source = sqlite3.connect(source_path, timeout=30)
+        copy = sqlite3.connect(partial)
+        try:
+            # One step (pages=-1): a WAL reader's snapshot, so writers go on meanwhile and the copy
+            # is one consistent state of the database.
+            source.backup(copy, pages=-1)
+            check = copy.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            copy.close()
+            source.close()
+        if check != "ok":
+            fail(f"the copy failed its integrity check: {check}")
+        os.replace(partial, target)  # PATH appears only once it holds a complete copy
+    except (sqlite3.Error, OSError) as exc:
+        fail(f"backup failed: {exc}")
+    finally:
+        partial.unlink(missing_ok=True)
+    typer.echo(f"backed up {source_path} to {target} ({target.stat().st_size} bytes)")
+
+
 # --- organizations, members, keys -------------------------------------------------------------
 
 @org_app.command("create")
