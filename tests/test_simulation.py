@@ -40,8 +40,8 @@ def test_a_short_run_keeps_every_invariant(backend):
 
 
 def test_one_seed_replays_the_same_run():
-    first = run.run(SEED + 1, 60, "sqlite", out=lambda _line: None)
-    second = run.run(SEED + 1, 60, "sqlite", out=lambda _line: None)
+    first = run.run(SEED + 1, 40, "sqlite", out=lambda _line: None)
+    second = run.run(SEED + 1, 40, "sqlite", out=lambda _line: None)
     assert first.status == second.status == 0
     assert first.digest == second.digest
 
