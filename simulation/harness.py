@@ -26,10 +26,8 @@ from largesse.webhooks import crypto
 from largesse.webhooks import service as webhooks
 from simulation.faults import Killed, KillingTransport, StatementFault
 from simulation.model import Model, OrgM
-from simulation.ops import harvest_mail
+from simulation.ops import INVENTORY_PRODUCT, harvest_mail
 from simulation.parts import Clock, Database, SmtpServer, WebhookReceiver
-
-INVENTORY_PRODUCT = "PSIMINVENTRY01US"
 
 
 class SimWorker:
