@@ -57,7 +57,7 @@ class ObservabilityMiddleware:
             rid = os.urandom(12).hex().encode()
         rid_text = rid.decode()
         token = logs.request_id.set(rid_text)
-        status = 500
+        status = 499  # no response sent (the client went away): nginx's "client closed request"
         started = False
 
         async def send_with_id(message):
