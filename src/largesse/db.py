@@ -246,15 +246,28 @@ def retry_reason(exc: BaseException) -> str | None:
     return None
 
 
+# SQLite primary result codes that mean "not now" rather than "wrong SQL" (which SQLite also
+# reports as OperationalError): BUSY, LOCKED, IOERR, FULL, CANTOPEN, PROTOCOL.
+_SQLITE_UNAVAILABLE = {5, 6, 10, 13, 14, 15}
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """Is exc the database being unreachable, locked or overloaded (a 503), rather than a bug?"""
     from largesse.errors import ServiceUnavailable
 
     if isinstance(exc, ServiceUnavailable | sa_exc.TimeoutError | sa_exc.DisconnectionError):
         return True
-    if isinstance(exc, sa_exc.DBAPIError):
-        return exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
-    return False
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _SQLITE_UNAVAILABLE
+    # psycopg: connection failures, query_canceled (statement_timeout), lock_not_available
+    # (lock_timeout), admin shutdown, too many connections are all OperationalError; bugs in
+    # SQL are ProgrammingError / DataError / IntegrityError.
+    return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
 
 
 def retrying(fn, *args, **kwargs):
