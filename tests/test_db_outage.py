@@ -248,6 +248,7 @@ def test_sqlite_locked_by_another_process_answers_503(sqlite_server):
         elapsed = time.monotonic() - started
         assert response.status_code == 503, response.text
         assert elapsed < DEADLINE_503 + 0.5, elapsed
+        print(f"\nSQLite locked: 503 after {1000 * elapsed:.0f} ms")
         assert response.json()["errors"]["payload"] == {}
         assert response.headers["Retry-After"].isdigit()
         with org.http() as client:  # readers are not blocked by a writer (WAL)
