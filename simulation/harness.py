@@ -109,6 +109,7 @@ class Simulation:
         self.model = Model()
         self.step = 0
         self.counts: dict[str, int] = {}
+        self.observations: list[str] = []  # behaviour worth a look that breaks no invariant
         self.fund_retry: list = []  # fundings with a reference that failed by a fault: the operator retries
         self.retry_later: list = []  # orders with an external_id that failed by a fault: clients retry them
         self.delivery_failed: list[str] = []  # ACTIVE rewards whose delivery FAILED (checks.py keeps it)

@@ -373,6 +373,8 @@ def harvest_mail(sim) -> None:
                 # Not an invariant of the current code (the sender checks the stored status, and
                 # the sweep may not have run yet); counted so that the figures show it.
                 sim.count("observation: email sent for a reward already past its expiry")
+                sim.observations.append(f"step {sim.step}: email for reward {reward.id} at {sim.clock.now}, "
+                                        f"past its expiry {reward.expires_at}")
             seen = sim.model.emailed.get(reward.id, 0)
             sim.model.emailed[reward.id] = seen + 1
             sim.model.emails += 1

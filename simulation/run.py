@@ -126,6 +126,8 @@ def run(seed: int, steps: int, backend: str, *, out=print, trace=None, progress:
     for line in summary:
         out(f"  {line}")
     out("  " + ", ".join(f"{k} {v}" for k, v in sorted(sim.counts.items())))
+    for line in sim.observations[:3]:
+        out(f"  observation: {line}")
     out(f"  trace digest {digest.hexdigest()[:16]} (the same for every run of this seed)")
     return Result(0, steps, elapsed, digest.hexdigest())
 
