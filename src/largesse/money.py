@@ -178,9 +178,12 @@ class ExactJsonModel(BaseModel):
         raise NotImplementedError
 
     @classmethod
-    def model_validate_json(cls, json_data, *, strict=None, extra=None, context=None, **kwargs):
-        context = {} if context is None else context
-        model = super().model_validate_json(json_data, strict=strict, extra=extra, context=context, **kwargs)
+    def model_validate_json(cls, json_data, **kwargs):
+        # Only keyword arguments the caller gave are passed on (their set varies across pydantic 2.x).
+        if kwargs.get("context") is None:
+            kwargs["context"] = {}
+        context = kwargs["context"]
+        model = super().model_validate_json(json_data, **kwargs)
         if context.pop(_INEXACT, False):
             try:
                 data = loads_exact(json_data)
