@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from largesse import db
 from largesse.delivery import jobs as job_queue
 from largesse.delivery import service as delivery
-from largesse.errors import ApiError, Conflict, NotFound, PaymentRequired, Unprocessable
+from largesse.errors import ApiError, BadRequest, Conflict, NotFound, PaymentRequired, Unprocessable
 from largesse.funding import service as funding
 from largesse.orders import service as orders
 from largesse.orders.models import rewards
@@ -100,6 +100,15 @@ def place(sim, org: OrgM, raw: bytes, specs: list[dict], what: str) -> str:
             raise Violation(f"{what}: 409 without a different earlier order: {exc}") from exc
         sim.count("order refused: external_id reused")
         return f"{what}: 409 as expected"
+    except BadRequest as exc:
+        # A client's retry days later: a deliver_at that was tomorrow may now be in the past.
+        today = sim.clock.now.date()
+        if known is None and "deliver_at" in str(exc) and any(
+                r.deliver_at is not None and r.deliver_at < today for r in ([body.reward] if body.reward else
+                                                                             body.rewards)):
+            sim.count("order refused: deliver_at passed before the retry")
+            return f"{what}: 400 as expected (deliver_at passed)"
+        raise Violation(f"{what}: refused with BadRequest: {exc}") from exc
     except ApiError as exc:
         raise Violation(f"{what}: refused with {type(exc).__name__}: {exc}") from exc
     except Exception as exc:
