@@ -202,6 +202,8 @@ def exact_amount(data: Any, *path: str | int) -> Decimal | None:
             data = data[key]
         except (KeyError, IndexError, TypeError):
             return None
-    if isinstance(data, bool) or not isinstance(data, (int, Decimal)):
+    if type(data) is Decimal:
+        return data
+    if isinstance(data, bool) or not isinstance(data, int):
         return None
     return Decimal(data)
