@@ -1,8 +1,8 @@
 """No organization and no kind of job starves the others.
 
 - A webhook receiver that trickles its answer (org A, several events) holds webhook threads
-  only: org B's email, sent by a real `largesse worker` process with the default settings,
-  goes out within 15 s, and org B's own webhook event within one webhook deadline or so.
+  only, and only one of the two: org B's email, sent by a real `largesse worker` process with
+  the default settings, goes out within 15 s, and org B's own webhook event within 5 s.
 - One organization's backlog of 600 emails does not delay another organization's email by
   more than a batch or two.
 """
@@ -35,14 +35,15 @@ def test_trickling_webhook_receiver_does_not_delay_another_orgs_email(engine, se
                 assert a.post(f"/webhooks/{hook['id']}/simulate", json={"event": "ORDERS.CREATED"}).status_code == 200
             ok(b.post("/webhooks", json={"url": receiver.url}))
             proc = start_worker(env_for(database_url, good.url), tmp_path / "worker.log")  # the defaults: 2 + 2
-            wait_until(lambda: trickler.requests >= 2, 20, message="the slow receiver got no request")
+            wait_until(lambda: trickler.requests >= 1, 20, message="the slow receiver got no request")
             address = tagged(org_b.member_email, "waiting")
             started = time.monotonic()
             [reward_id] = order(b, [address])
             wait_until(lambda: delivery_statuses(engine, [reward_id])[reward_id] == "SUCCEEDED", 15, interval=0.1,
                        message="org B's email was not delivered")
             email_after = time.monotonic() - started
-            wait_until(lambda: receiver.events("ORDERS.CREATED"), 25, interval=0.1,
+            # Org A's POSTs may use one of the two webhook threads: the other one is org B's.
+            wait_until(lambda: receiver.events("ORDERS.CREATED"), 5, interval=0.1,
                        message="org B's webhook event was not delivered")
             hook_after = time.monotonic() - started
         print(f"\nFAIRNESS: org B's email {email_after:.1f} s, its webhook {hook_after:.1f} s, "

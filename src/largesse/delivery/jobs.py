@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy import Connection, Engine, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -40,6 +40,10 @@ PERIODIC = ("expire_rewards",)
 # listed here runs in the mail lane.
 MAIL, WEBHOOK = "mail", "webhook"
 LANES = {"deliver_webhook": WEBHOOK}
+
+
+# pg_advisory_xact_lock key of claims with a per-organization cap ("LRGSJOBS" in ASCII).
+_CAP_LOCK_KEY = 0x4C5247534A4F4253
 
 
 def lane_of(kind: str) -> str:
@@ -89,7 +93,7 @@ def ensure_periodic(engine: Engine, kind: str) -> None:
 
 
 def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, prepare=None,
-          lane: str | None = None, cursor: Cursor | None = None) -> list:
+          lane: str | None = None, cursor: Cursor | None = None, org_cap: int | None = None) -> list:
     """Take up to `limit` due jobs of `lane` (None: any lane) for this worker; returns their rows
     (attempts counted), oldest first.
 
@@ -99,6 +103,9 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, p
     through here; one slot is always left for them when limit > 1). `cursor` moves to the
     last organization served.
 
+    `org_cap`: skip organizations that already have that many jobs of the lane running (in
+    any worker), so that a slow organization cannot occupy every thread (the webhook lane).
+
     `prepare(conn, rows)`, when given, runs inside the claim transaction and its result is
     returned instead: the worker uses it to check and set up a whole batch in one commit.
     """
@@ -107,12 +114,24 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, p
     due = [jobs.c.status == QUEUED, jobs.c.run_after <= now]
     if lane is not None:
         due.append(jobs.c.lane == lane)
+    if org_cap is not None:
+        running = jobs.alias("running_jobs")
+        busy = (select(func.count()).select_from(running)
+                .where(running.c.status == RUNNING, running.c.lane == jobs.c.lane,
+                       running.c.organization_id == jobs.c.organization_id)
+                .scalar_subquery())
+        due.append(or_(jobs.c.organization_id.is_(None), busy < org_cap))
     skip_locked = engine.dialect.name == "postgresql"
 
     def pick(query):
         return query.with_for_update(skip_locked=True) if skip_locked else query
 
     with db.write(engine) as conn:
+        if org_cap is not None and skip_locked:
+            # Counting running jobs and claiming must not interleave between workers, or two of
+            # them could both see an organization under its cap; a transaction-scoped advisory
+            # lock serialises this lane's claims (SQLite's BEGIN IMMEDIATE already does).
+            conn.execute(select(func.pg_advisory_xact_lock(_CAP_LOCK_KEY)))
         taken: list[int] = []
         after, wrapped, served = cursor.after, cursor.after is None, set()
         fair_share = max(1, limit - 1)

@@ -7,7 +7,8 @@ lifespan) and as `largesse worker` processes; any number of them may share a dat
   expiry sweep); webhook threads (LARGESSE_WEBHOOK_CONCURRENCY) claim only webhook POSTs, one
   at a time. A slow webhook receiver can hold webhook threads, never email delivery.
 - Fairness. Each claim takes one job per organization in turn before filling the batch
-  (jobs.claim), so one organization's backlog does not delay another's jobs.
+  (jobs.claim), so one organization's backlog does not delay another's jobs; and one
+  organization's webhooks run on at most N - 1 of the N webhook threads.
 - Leases and heartbeat. A claimed job is leased for LARGESSE_JOB_LEASE_SECONDS (10 s); the
   heartbeat thread renews the lease of every job still in hand every lease/4 and, every
   second or so, requeues jobs whose lease ran out (a killed worker's): they run again about
@@ -95,6 +96,10 @@ class Worker:
         self.processed = 0
         self._count_lock = threading.Lock()
         self.cursors = {lane: job_queue.Cursor() for lane in self.lanes}
+        # One organization's webhook POSTs run on at most N - 1 of N webhook threads (counted
+        # across workers), so a slow receiver always leaves a thread for other organizations.
+        webhook_threads = self.lanes[job_queue.WEBHOOK]
+        self.org_caps = {job_queue.WEBHOOK: webhook_threads - 1} if webhook_threads > 1 else {}
         self.outage = Outage(self.id)
         # Jobs this worker has claimed and not finished: the heartbeat renews their leases.
         self.held: set[int] = set()
@@ -190,7 +195,7 @@ class Worker:
     def _step(self, ctx: Context, lane: str) -> int:
         claimed = job_queue.claim(self.engine, self.id, limit=BATCH[lane],
                                   lease_seconds=self.settings.job_lease_seconds, prepare=preparer(ctx),
-                                  lane=lane, cursor=self.cursors[lane])
+                                  lane=lane, cursor=self.cursors[lane], org_cap=self.org_caps.get(lane))
         pending = [c.job.id for c in claimed if not c.skipped]
         self._hold(pending)
         try:
