@@ -67,7 +67,7 @@ async def list_orders(request: Request, caller: CallerDep, engine: EngineDep):
             )
             return repository.orders_to_wire(conn, rows), total
 
-    wire, total = await run_db(engine, load)
+    wire, total = await run_db(engine, db.retrying, load)
     return json_response({"orders": wire, "total_count": total})
 
 
@@ -83,7 +83,7 @@ async def get_order(order_id: str, caller: CallerDep, engine: EngineDep):
                 raise NotFound(f"Order {order_id} not found", {"id": ["not found"]})
             return repository.orders_to_wire(conn, [row])[0]
 
-    return json_response({"order": await run_db(engine, load)})
+    return json_response({"order": await run_db(engine, db.retrying, load)})
 
 
 @router.get("/rewards", response_model=RewardList)
@@ -104,7 +104,7 @@ async def list_rewards(request: Request, caller: CallerDep, engine: EngineDep, s
                                                     limit=limit)
             return repository.rewards_to_wire(conn, rows, created_format=created_format), total
 
-    wire, total = await run_db(engine, load)
+    wire, total = await run_db(engine, db.retrying, load)
     return json_response({"rewards": wire, "total_count": total})
 
 
@@ -119,4 +119,4 @@ async def get_reward(reward_id: str, caller: CallerDep, engine: EngineDep):
                 raise NotFound(f"Reward {reward_id} not found", {"id": ["not found"]})
             return repository.rewards_to_wire(conn, [row])[0]
 
-    return json_response({"reward": await run_db(engine, load)})
+    return json_response({"reward": await run_db(engine, db.retrying, load)})
