@@ -23,9 +23,7 @@ from tests.factories import error, ok, order_body, orders_count
 def production_org(engine, base_url: str, *, dollars: int = 1000) -> Org:
     """A production organization (LRG_PROD_ key), funded as an operator would."""
     org = create_org(engine, base_url, sandbox=False, name="Prod Corp")
-    with db.write(engine) as conn:
-        funding.credit(conn, funding_source_id=org.funding_source_id, organization_id=org.id,
-                       amount_cents=dollars * 100, kind="operator_credit", memo="test funding")
+    funding.fund(engine, organization_id=org.id, amount_cents=dollars * 100, memo="test funding", reference=None)
     return org
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from importlib import resources
@@ -12,7 +11,7 @@ from sqlalchemy import Connection, bindparam, select
 
 from largesse.catalog.models import products
 from largesse.ids import ALPHABET
-from largesse.money import MoneyError, to_cents, to_wire
+from largesse.money import MoneyError, loads_exact, to_cents, to_wire
 from largesse.timeutil import utcnow
 
 CATEGORIES = {"ach", "charity", "instant_debit_transfer", "merchant_card", "paypal", "venmo", "visa_card",
@@ -217,12 +216,12 @@ def import_rows(conn: Connection, rows: list[dict]) -> tuple[int, int]:
 
 def load_file(path: str | Path) -> list[dict]:
     with open(path, encoding="utf-8") as handle:
-        return parse_catalog(json.load(handle))
+        return parse_catalog(loads_exact(handle.read()))  # denomination bands exactly as written
 
 
 def default_catalog() -> list[dict]:
     text = resources.files("largesse.catalog").joinpath("default_catalog.json").read_text(encoding="utf-8")
-    return parse_catalog(json.loads(text))
+    return parse_catalog(loads_exact(text))
 
 
 def ensure_default_catalog(conn: Connection) -> int:
