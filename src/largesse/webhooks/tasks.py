@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from largesse import db
 from largesse.delivery import jobs as job_queue
@@ -77,7 +77,8 @@ def _attempt(ctx, hook, job, deadline: float) -> int:
     try:
         target, resolved = addresses.check_for_send(hook.url, settings.webhook_allow_private, deadline)
     except addresses.UnsafeURL as exc:  # waiting does not make an internal address acceptable
-        raise _Failed(f"refused to send to {hook.url}: url {exc}", permanent=True) from None
+        # The host only: a URL path or query may carry the receiver's own secret (Slack-style hooks).
+        raise _Failed(f"refused to send to host {urlsplit(hook.url).hostname}: url {exc}", permanent=True) from None
     except addresses.ResolutionFailed as exc:
         raise _Failed(str(exc), permanent=False) from None
     raw = service.encode(job.payload)
