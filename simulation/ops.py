@@ -379,11 +379,10 @@ def harvest_mail(sim) -> None:
             if mail.token is None or tokens.reward_for(conn, mail.token) != reward.id:
                 raise Violation(f"the email for {reward.id} carries a link that does not open it")
             if reward.expires_at is not None and reward.expires_at <= sim.clock.now:
-                # Not an invariant of the current code (the sender checks the stored status, and
-                # the sweep may not have run yet); counted so that the figures show it.
-                sim.count("observation: email sent for a reward already past its expiry")
-                sim.observations.append(f"step {sim.step}: email for reward {reward.id} at {sim.clock.now}, "
-                                        f"past its expiry {reward.expires_at}")
+                # The sender checks lifecycle.status: past its expiry a reward is expired even
+                # before the sweep has run, and its link would only open an "expired" page.
+                raise Violation(f"an email for reward {reward.id} at {sim.clock.now}, past its expiry "
+                                f"{reward.expires_at}")
             seen = sim.model.emailed.get(reward.id, 0)
             sim.model.emailed[reward.id] = seen + 1
             sim.model.emails += 1

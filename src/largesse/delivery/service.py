@@ -109,9 +109,10 @@ def resend_reward(engine: Engine, settings: Settings, *, org: str, reward_id: st
         if updated_phone is not None and method != "PHONE":
             raise Unprocessable(f"updated_phone applies to PHONE rewards; this one is {method}",
                                 {"updated_phone": [f"does not apply to {method} delivery"]})
-        if reward.status != "ACTIVE":
-            raise Unprocessable(f"Reward {reward_id} is {reward.status.lower()}; it cannot be resent",
-                                {"id": [f"is {reward.status.lower()}"]})
+        status = lifecycle.status(reward, at=utcnow())  # past its expiry counts as expired
+        if status != "ACTIVE":
+            raise Unprocessable(f"Reward {reward_id} is {status.lower()}; it cannot be resent",
+                                {"id": [f"is {status.lower()}"]})
         if reward.delivery_status != "FAILED":
             raise Unprocessable(
                 f"Only rewards whose delivery failed can be resent; this delivery is {reward.delivery_status}",

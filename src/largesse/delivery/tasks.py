@@ -27,6 +27,7 @@ from largesse.delivery import jobs as job_queue
 from largesse.delivery.transport import DeliveryError, sandbox_outcome
 from largesse.fields import service as fields_service
 from largesse.ops import metrics
+from largesse.orders import lifecycle
 from largesse.orders.models import reward_field_values, rewards
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
@@ -142,8 +143,11 @@ def _check(conn, job, settings: Settings) -> tuple[compose.RewardMail | None, st
     reward = conn.execute(select(rewards).where(rewards.c.id == job.reward_id)).first()
     if reward is None:
         return None, "skipped: reward not found"
-    if reward.status != "ACTIVE" or reward.delivery_status not in ("PENDING", "SCHEDULED"):
-        return None, f"skipped: reward {reward.status}, delivery {reward.delivery_status}"
+    # lifecycle.status: a reward past its expiry is expired even before the sweep has run, and
+    # a link that opens an "expired" page is no email to send.
+    status = lifecycle.status(reward, at=utcnow())
+    if status != "ACTIVE" or reward.delivery_status not in ("PENDING", "SCHEDULED"):
+        return None, f"skipped: reward {status}, delivery {reward.delivery_status}"
     if reward.delivery_method == "PHONE":
         raise DeliveryError(SMS_NOT_IMPLEMENTED, permanent=True)
     if reward.delivery_method != "EMAIL" or not reward.recipient_email:
