@@ -258,8 +258,10 @@ def op_resend(sim) -> str:
     if reward is None:
         return op_order(sim)
     with sim.fault.pause(), db.read(sim.engine) as conn:
-        row = conn.execute(select(rewards.c.status, rewards.c.delivery_status).where(rewards.c.id == reward.id)).one()
-    expected = reward.method == "EMAIL" and row.status == "ACTIVE" and row.delivery_status == "FAILED"
+        row = conn.execute(select(rewards.c.status, rewards.c.delivery_status, rewards.c.expires_at)
+                           .where(rewards.c.id == reward.id)).one()
+    unexpired = row.expires_at is None or row.expires_at > sim.clock.now  # past it: expired before the sweep
+    expected = reward.method == "EMAIL" and row.status == "ACTIVE" and unexpired and row.delivery_status == "FAILED"
     updated = None
     if reward.method == "EMAIL" and sim.rng.random() < 0.5:  # a corrected address (no sandbox failure tag)
         local, domain = sim.model.org(reward.org).member_email.split("@")
