@@ -13,6 +13,7 @@ import typer
 
 from largesse import db
 from largesse.cli_common import JsonFlag, OrgOption, emit, fail, load_settings, open_engine, require_org
+from largesse.money import format_amount
 
 app = typer.Typer(help="Largesse: a self-hostable reward ordering service.", no_args_is_help=True,
                   add_completion=False)
@@ -146,7 +147,7 @@ def org_create(
     emit(data, as_json, "\n".join([
         f"organization   {created.organization_id}  {name} ({settings.environment})",
         f"member         {created.member_id}  {member_email}",
-        f"balance        {created.funding_source_id}  {created.available_cents / 100:.2f} {currency.upper()}",
+        f"balance        {created.funding_source_id}  {format_amount(created.available_cents)} {currency.upper()}",
         f"api key        {created.api_key}",
         "               (shown once: it is stored only as a hash)",
     ]))
@@ -181,7 +182,7 @@ def org_fees(org: OrgOption,
         require_org(conn, org)
         conn.execute(organizations.update().where(organizations.c.id == org)
                      .values(fee_basis_points=percent_bp, fee_flat_cents=flat_cents))
-    typer.echo(f"fees of {org}: {percent_bp / 100:.2f}% + {flat_cents / 100:.2f} per reward")
+    typer.echo(f"fees of {org}: {format_amount(percent_bp)}% + {format_amount(flat_cents)} per reward")
 
 
 @members_app.command("add")
@@ -267,7 +268,7 @@ def balance_fund(org: OrgOption,
                  as_json: JsonFlag = False):
     """Credit an organization's balance through the ledger."""
     from largesse.funding import service as funding
-    from largesse.money import MoneyError, decimals_for, parse_amount_text, to_wire
+    from largesse.money import MoneyError, decimals_for, parse_amount_text
 
     if reference is not None and not 1 <= len(reference.strip()) <= 200:
         fail("--reference must be 1-200 characters")
@@ -286,13 +287,13 @@ def balance_fund(org: OrgOption,
     data = {"funding_source_id": done.funding_source_id, "credited": done.credited,
             "credited_cents": cents if done.credited else 0, "available_cents": done.available_cents,
             "ledger_entry_id": done.entry_id, "reference": reference}
-    balance = f"balance {done.available_cents / 100:.2f} {currency}"
+    balance = f"balance {format_amount(done.available_cents)} {currency}"
     if done.credited:
-        emit(data, as_json, f"credited {to_wire(cents)} {currency}; {balance}")
+        emit(data, as_json, f"credited {format_amount(cents)} {currency}; {balance}")
         return
     if done.amount_cents != cents:
-        fail(f"reference {reference!r} was already credited with {to_wire(done.amount_cents)} {currency} "
-             f"(ledger entry {done.entry_id}), not {to_wire(cents)}: nothing credited")
+        fail(f"reference {reference!r} was already credited with {format_amount(done.amount_cents)} {currency} "
+             f"(ledger entry {done.entry_id}), not {format_amount(cents)}: nothing credited")
     emit(data, as_json, f"reference {reference!r} was already credited (ledger entry {done.entry_id}): "
                         f"nothing credited; {balance}")
 
@@ -320,10 +321,10 @@ def balance_show(org: OrgOption, entries: Annotated[int, typer.Option(help="Ledg
                      "balance_after_cents": r.balance_after_cents, "memo": r.memo, "order_id": r.order_id,
                      "reward_id": r.reward_id} for r in rows],
     }
-    lines = [f"{source.id}  available {source.available_cents / 100:.2f} {source.currency_code}"
-             f"  pending {source.pending_cents / 100:.2f}"]
-    lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {r.amount_cents / 100:>12.2f}"
-              f"  -> {r.balance_after_cents / 100:.2f}  {r.memo or r.order_id or ''}" for r in rows]
+    lines = [f"{source.id}  available {format_amount(source.available_cents)} {source.currency_code}"
+             f"  pending {format_amount(source.pending_cents)}"]
+    lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {format_amount(r.amount_cents):>12}"
+              f"  -> {format_amount(r.balance_after_cents)}  {r.memo or r.order_id or ''}" for r in rows]
     emit(data, as_json, "\n".join(lines))
 
 

@@ -108,6 +108,11 @@ def to_wire(cents: int) -> int | float:
     return float(Decimal(cents) / 100)
 
 
+def format_amount(cents: int, *, decimals: int = 2) -> str:
+    """Text for people ("1234.50"): exact at any size, never through a float."""
+    return f"{Decimal(cents).scaleb(-decimals):.{decimals}f}"
+
+
 def percent_of(cents: int, basis_points: int) -> int:
     """basis_points/10000 of an amount, rounded half up, in integers only."""
     return (cents * basis_points + 5000) // 10000

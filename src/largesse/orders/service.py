@@ -33,7 +33,7 @@ from largesse.fields.models import fields as _fields
 from largesse.funding import service as funding
 from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
-from largesse.money import MoneyError, decimals_for, percent_of, to_cents
+from largesse.money import MoneyError, decimals_for, format_amount, percent_of, to_cents
 from largesse.ops import metrics
 from largesse.orders import pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
@@ -226,7 +226,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
                 errors.add(loc + ("products",), f"product {pid} is not available in {reward_currency}")
             elif cents and not band["min_cents"] <= cents <= band["max_cents"]:
                 errors.add(loc + ("value", "denomination"),
-                           f"must be between {band['min_cents'] / 100:.2f} and {band['max_cents'] / 100:.2f} "
+                           f"must be between {format_amount(band['min_cents'])} and {format_amount(band['max_cents'])} "
                            f"{reward_currency} for product {pid}")
         method = r.delivery.method
         name = (r.recipient.name or "").strip()
