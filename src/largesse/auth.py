@@ -52,13 +52,12 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def issue_key(conn: Connection, *, organization_id: str, sandbox: bool | None = None,
-              permission: str = "read_write", label: str | None = None) -> tuple[str, str]:
+def issue_key(conn: Connection, *, organization_id: str, permission: str = "read_write",
+              label: str | None = None) -> tuple[str, str]:
     """Create a key; returns (key_id, key). The key is never stored or shown again.
 
-    Its prefix follows the organization's environment, whatever the caller's settings say
-    (`sandbox` is accepted for older callers and ignored): a key always works on the servers
-    of its organization's environment and only there.
+    Its prefix follows the organization's environment, whatever the caller's settings say:
+    a key always works on the servers of its organization's environment and only there.
     """
     if permission not in PERMISSIONS:
         raise ValueError(f"permission must be one of {PERMISSIONS}")

@@ -224,7 +224,7 @@ def keys_create(org: OrgOption,
     settings = load_settings()
     with db.write(open_engine(settings)) as conn:
         require_org(conn, org)
-        key_id, key = auth.issue_key(conn, organization_id=org, sandbox=settings.sandbox, permission=permission,
+        key_id, key = auth.issue_key(conn, organization_id=org, permission=permission,
                                      label=label)
     emit({"api_key_id": key_id, "api_key": key, "permission": permission}, as_json,
            f"api key {key_id} ({permission})\n{key}\n(shown once: it is stored only as a hash)")

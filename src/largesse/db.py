@@ -160,6 +160,13 @@ def _writer_lock(engine: Engine) -> threading.RLock | None:
     return lock
 
 
+
+def upsert_insert(bind):
+    """The dialect's INSERT (with on_conflict_do_nothing/_do_update) for this engine or connection."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return sqlite.insert if bind.dialect.name == "sqlite" else postgresql.insert
+
 @contextlib.contextmanager
 def write(engine: Engine) -> Iterator[Connection]:
     """One write transaction: commit when the block succeeds, roll back otherwise."""

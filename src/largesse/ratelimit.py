@@ -40,7 +40,6 @@ from sqlalchemy import BigInteger, Column, Index, String, Table, delete
 
 from largesse import auth, db
 from largesse.db import metadata
-from largesse.redemption.ratelimit import _insert_for
 from largesse.web import json_response
 
 log = logging.getLogger("largesse.ratelimit")
@@ -163,7 +162,7 @@ class ApiRateLimiter:
                 conn.execute(delete(table).where(table.c.window_start < window - self.window_seconds))
                 self._pruned_window = window
             for i in range(0, len(deltas), SYNC_ROWS_PER_STATEMENT):
-                insert = _insert_for(conn)(table).values([
+                insert = db.upsert_insert(conn)(table).values([
                     {"bucket": name, "window_start": window, "hits": delta}
                     for name, delta in deltas[i:i + SYNC_ROWS_PER_STATEMENT]])
                 statement = insert.on_conflict_do_update(

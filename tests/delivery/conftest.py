@@ -8,8 +8,6 @@ queued jobs may be delivered too, so assertions always select their own recipien
 from __future__ import annotations
 
 import asyncio
-import email
-import email.policy
 import threading
 import time
 from dataclasses import replace
@@ -23,15 +21,15 @@ from largesse.delivery.models import jobs
 from largesse.delivery.worker import Worker
 from largesse.orders.models import rewards
 from tests.conftest import free_port
+from tests.delivery.procs import RecordingHandler
 
 
-class SinkHandler:
+class SinkHandler(RecordingHandler):
     """Accepts every message, except recipients whose address contains a trigger:
     "nobody" -> 550 at RCPT, "busy" -> 451 at RCPT, "hold" -> DATA waits until released."""
 
     def __init__(self):
-        self.messages: list[tuple[list[str], email.message.EmailMessage]] = []
-        self.lock = threading.Lock()
+        super().__init__()
         self.holding = threading.Event()
         self.hold = True
 
@@ -48,14 +46,7 @@ class SinkHandler:
             self.holding.set()
             await asyncio.sleep(60)  # never answers while the test needs it
             return "451 4.3.0 timed out"
-        message = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        with self.lock:
-            self.messages.append((list(envelope.rcpt_tos), message))
-        return "250 Message accepted"
-
-    def to(self, address: str) -> list:
-        with self.lock:
-            return [m for rcpts, m in self.messages if address in rcpts]
+        return self.record(envelope)
 
 
 class Sink:

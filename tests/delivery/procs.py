@@ -101,21 +101,14 @@ def start_serve(env: dict, log: Path) -> tuple[Proc, str]:
 
 # --- SMTP ------------------------------------------------------------------------------------
 
-class StallHandler:
-    """Accepts every message; DATA for a recipient containing `pattern` first waits `stall`
-    seconds (a stuck mail relay); `stalled` counts those waits."""
+class RecordingHandler:
+    """Accepts every message and keeps it, with its recipients, for the test to read."""
 
-    def __init__(self, pattern: str = "hold", stall: float = 60.0):
-        self.pattern, self.stall = pattern, stall
+    def __init__(self):
         self.messages: list[tuple[list[str], email.message.EmailMessage]] = []
-        self.stalled = 0
         self.lock = threading.Lock()
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's naming
-        if self.stall and any(self.pattern in rcpt for rcpt in envelope.rcpt_tos):
-            with self.lock:
-                self.stalled += 1
-            await asyncio.sleep(self.stall)
+    def record(self, envelope) -> str:
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
         with self.lock:
             self.messages.append((list(envelope.rcpt_tos), message))
@@ -124,6 +117,23 @@ class StallHandler:
     def to(self, address: str) -> list:
         with self.lock:
             return [m for rcpts, m in self.messages if address in rcpts]
+
+
+class StallHandler(RecordingHandler):
+    """Accepts every message; DATA for a recipient containing `pattern` first waits `stall`
+    seconds (a stuck mail relay); `stalled` counts those waits."""
+
+    def __init__(self, pattern: str = "hold", stall: float = 60.0):
+        super().__init__()
+        self.pattern, self.stall = pattern, stall
+        self.stalled = 0
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's naming
+        if self.stall and any(self.pattern in rcpt for rcpt in envelope.rcpt_tos):
+            with self.lock:
+                self.stalled += 1
+            await asyncio.sleep(self.stall)
+        return self.record(envelope)
 
     def order(self) -> list[str]:
         """Recipients in the order their messages were accepted."""

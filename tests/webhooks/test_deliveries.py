@@ -54,7 +54,7 @@ def test_failed_attempts_are_logged_and_the_event_resent(org, other_org, http, r
         assert other.post(f"{base}/{newest['id']}/resend").status_code == 404
     # A read-only key reads the log but cannot resend.
     with db.write(engine) as conn:
-        ro_key = auth.issue_key(conn, organization_id=org.id, sandbox=True, permission="read_only")[1]
+        ro_key = auth.issue_key(conn, organization_id=org.id, permission="read_only")[1]
     with httpx.Client(base_url=f"{org.base_url}/api/v2", headers={"Authorization": f"Bearer {ro_key}"}) as ro:
         assert ro.get(base).json()["total_count"] == 10
         assert ro.post(f"{base}/{newest['id']}/resend").status_code == 403

@@ -20,7 +20,7 @@ from largesse.webhooks.models import webhooks
 
 def _read_only_key(engine, org) -> str:
     with db.write(engine) as conn:
-        return auth.issue_key(conn, organization_id=org.id, sandbox=True, permission="read_only")[1]
+        return auth.issue_key(conn, organization_id=org.id, permission="read_only")[1]
 
 
 def test_read_only_keys_never_see_the_signing_key(org, http, engine, receiver):

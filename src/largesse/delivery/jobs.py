@@ -25,8 +25,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sqlalchemy import Connection, Engine, func, or_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from largesse import db
 from largesse.delivery.models import jobs
@@ -85,7 +83,7 @@ def ensure_periodic(engine: Engine, kind: str) -> None:
     now = utcnow()
     values = dict(kind=kind, lane=lane_of(kind), status=QUEUED, attempts=0, max_attempts=1_000_000, run_after=now,
                   created_at=now, updated_at=now, dedupe_key=kind)
-    insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+    insert = db.upsert_insert(engine)
     with db.write(engine) as conn:
         exists = conn.execute(select(jobs.c.id).where(jobs.c.dedupe_key == kind)).first()
         if exists is None:

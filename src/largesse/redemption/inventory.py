@@ -11,8 +11,8 @@ import csv
 import io
 
 from sqlalchemy import Connection, case, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 
+from largesse import db
 from largesse.catalog.models import products
 from largesse.redemption.models import inventory_codes
 from largesse.timeutil import utcnow
@@ -64,7 +64,7 @@ def import_codes(conn: Connection, product_id: str, text: str) -> tuple[int, int
     rows, duplicates = parse_codes(text)
     before = _count(conn, product_id)
     if rows:
-        insert = sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
+        insert = db.upsert_insert(conn)
         now = utcnow()
         conn.execute(
             insert(inventory_codes).on_conflict_do_nothing(

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, delete
-from sqlalchemy.dialects import postgresql, sqlite
 
+from largesse import db
 from largesse.redemption.models import redemption_rate_limits
 
 
@@ -46,15 +46,11 @@ class RateLimits:
         )
 
 
-def _insert_for(conn: Connection):
-    return sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
-
-
 def hit(conn: Connection, bucket: str, window_start: int) -> int:
     """Count one request in (bucket, window) and return the window's total so far."""
     table = redemption_rate_limits
     statement = (
-        _insert_for(conn)(table)
+        db.upsert_insert(conn)(table)
         .values(bucket=bucket[:100], window_start=window_start, hits=1)
         .on_conflict_do_update(index_elements=[table.c.bucket, table.c.window_start],
                                set_={"hits": table.c.hits + 1})

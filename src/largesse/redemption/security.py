@@ -20,7 +20,6 @@ import hmac
 import secrets
 
 from sqlalchemy import Engine, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from largesse import db
 from largesse.config import Settings
@@ -37,7 +36,7 @@ def load_csrf_key(engine: Engine, settings: Settings) -> bytes:
     if settings.secret_keys:  # the current (first) of LARGESSE_SECRET_KEY's comma-separated keys
         return hmac.new(settings.secret_keys[0].encode(), b"largesse redemption csrf", hashlib.sha256).digest()
     with db.write(engine) as conn:
-        insert = sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
+        insert = db.upsert_insert(conn)
         conn.execute(
             insert(redemption_secrets)
             .values(name=SECRET_NAME, value=secrets.token_hex(32), created_at=utcnow())
