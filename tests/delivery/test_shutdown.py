@@ -9,6 +9,7 @@ nothing runs twice: after another worker drains the queue, every reward was sent
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import time
@@ -57,7 +58,10 @@ def test_sigterm_worker_finishes_jobs_in_hand_and_hands_back_the_rest(org, http,
         assert sorted((j.status, j.attempts, j.locked_by) for j in states) == \
             [("done", 1, None)] * 2 + [("queued", 0, None)] * 6, states
         assert sorted(delivery_statuses(engine, ids).values()) == ["PENDING"] * 6 + ["SUCCEEDED"] * 2
-        assert "processed 2 jobs" in proc.text()
+        # Its two email jobs, plus whatever else of the shared test database fell due meanwhile
+        # (the periodic expiry sweep, another test's leftover): the job states above are exact.
+        processed = int(re.search(r"processed (\d+) jobs", proc.text()).group(1))
+        assert processed >= 2, proc.text()
         _finish_and_check(engine, fast, slow, ids, addresses)
     finally:
         if proc is not None:
