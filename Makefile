@@ -18,6 +18,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 install: $(STAMP)
 
+# The test suite's JavaScript (package.json: the official Node client, axe-core), from the lockfile.
+NODE_STAMP := node_modules/.installed
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
 run: $(STAMP)
 	$(BIN)/largesse serve --host $(HOST) --port $(PORT)
 
@@ -34,7 +40,7 @@ browser:
 	    echo "warning: could not install chromium; browser tests will skip (fail under CI)"; \
 	  else echo "note: chromium not installed; browser tests will skip (fail under CI)"; fi; }
 
-test: $(STAMP) browser
+test: $(STAMP) $(NODE_STAMP) browser
 	$(BIN)/ruff check src tests bench simulation
 	$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -53,4 +59,4 @@ simulate: $(STAMP)
 	$(BIN)/python -m simulation.run $(if $(SEED),--seed $(SEED)) --steps $(STEPS) --db $(DB)
 
 clean:
-	rm -rf $(VENV) var build *.egg-info
+	rm -rf $(VENV) var build *.egg-info node_modules
