@@ -386,12 +386,14 @@ def products_import(path: Annotated[str, typer.Argument(help='JSON file {"produc
 def _register_domain_commands() -> None:
     """worker/jobs (delivery) and inventory (redemption) live with their domains."""
     from largesse.delivery import cli as delivery_cli
+    from largesse.orders import cli as orders_cli
     from largesse.redemption import cli as redemption_cli
     from largesse.webhooks import cli as webhooks_cli
 
     delivery_cli.register(app)
     redemption_cli.register(app)
     webhooks_cli.register(app)
+    orders_cli.register(app, org_app)  # org approvals; orders pending|approve|reject
 
 
 _register_domain_commands()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, bindparam, exists, select, update
 
 from largesse import db
 from largesse.config import Settings
@@ -67,6 +67,10 @@ def cancel_reward(engine: Engine, *, org: str, reward_id: str) -> int:
     now = utcnow()
     with db.write(engine) as conn:
         reward = _reward_or_404(conn, org, reward_id)
+        if _order_status(conn, reward.order_id) == PENDING_APPROVAL:
+            # Its money is held by the order as a whole: rejecting the order refunds it.
+            raise Unprocessable(f"Reward {reward_id} cannot be canceled: its order is pending approval; "
+                                "reject the order instead", {"id": ["its order is pending approval"]})
         if not lifecycle.close(conn, reward_id, status="CANCELED", at=now):
             status = conn.execute(select(rewards.c.status).where(rewards.c.id == reward_id)).scalar_one()
             reason = {"REDEEMED": "it has been redeemed", "CANCELED": "it is already canceled",
@@ -74,8 +78,26 @@ def cancel_reward(engine: Engine, *, org: str, reward_id: str) -> int:
             raise Unprocessable(f"Reward {reward_id} cannot be canceled: {reason}", {"id": [reason]})
         amount = refund(conn, reward, memo=f"reward {reward_id} canceled")
         _drop_queued_deliveries(conn, reward_id, "reward canceled")
-        webhooks.emit(conn, org, [("REWARDS.CANCELED", reward_id)])
+        events = [("REWARDS.CANCELED", reward_id)]
+        # refund() updated the order's row, so concurrent cancels of its rewards queue on that
+        # row lock and the last one sees every other reward canceled here.
+        if conn.execute(_CANCEL_ORDER_IF_ALL_CANCELED, {"order_id": reward.order_id}).rowcount:
+            events.append(("ORDERS.CANCELED", reward.order_id))
+        webhooks.emit(conn, org, events)
     return amount
+
+
+PENDING_APPROVAL = "PENDING APPROVAL"
+_CANCEL_ORDER_IF_ALL_CANCELED = (
+    update(orders)
+    .where(orders.c.id == bindparam("order_id"), orders.c.status != "CANCELED",
+           ~exists().where(rewards.c.order_id == orders.c.id, rewards.c.status != "CANCELED"))
+    .values(status="CANCELED")
+)
+
+
+def _order_status(conn: Connection, order_id: str) -> str:
+    return conn.execute(select(orders.c.status).where(orders.c.id == order_id)).scalar_one()
 
 
 def resend_reward(engine: Engine, settings: Settings, *, org: str, reward_id: str, updated_email: str | None,
@@ -139,6 +161,10 @@ def generate_link(engine: Engine, settings: Settings, *, org: str, reward_id: st
         if reward.delivery_method != "LINK":
             raise Forbidden(f"Links can only be generated for LINK rewards; this one is {reward.delivery_method}",
                             {"id": [f"is delivered by {reward.delivery_method}"]})
+        if _order_status(conn, reward.order_id) == PENDING_APPROVAL:
+            # 403: what generate_reward_link decodes; no link may work before the approval.
+            raise Forbidden(f"Reward {reward_id} belongs to an order pending approval; links are "
+                            "available once the order is approved", {"id": ["its order is pending approval"]})
         token = tokens.issue(conn, reward_id)
     return tokens.link(settings.public_url, token)
 
@@ -151,7 +177,8 @@ def expire_due(engine: Engine, *, now=None) -> int:
     while True:
         with db.read(engine) as conn:
             ids = list(conn.execute(
-                select(rewards.c.id).where(rewards.c.status == "ACTIVE", rewards.c.expires_at <= now)
+                select(rewards.c.id).where(rewards.c.status == "ACTIVE", rewards.c.expires_at <= now,
+                                           lifecycle.NOT_WAITING_FOR_APPROVAL)
                 .order_by(rewards.c.expires_at).limit(EXPIRE_BATCH)
             ).scalars())
         for reward_id in ids:

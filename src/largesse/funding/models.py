@@ -1,4 +1,4 @@
-from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Index, Integer, String, Table, UniqueConstraint
+from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Index, Integer, String, Table, UniqueConstraint, text
 
 from largesse.db import metadata
 
@@ -37,4 +37,7 @@ ledger_entries = Table(
     # A reward is refunded at most once, whatever retries or races happen.
     Index("uq_ledger_entries_refund", "reward_id", "kind", unique=True),
     Index("uq_ledger_entries_org_reference", "organization_id", "reference", unique=True),
+    # A rejected order is refunded (its whole total) at most once (orders/approvals.py).
+    Index("uq_ledger_entries_order_refund", "order_id", unique=True,
+          sqlite_where=text("kind = 'order_refund'"), postgresql_where=text("kind = 'order_refund'")),
 )

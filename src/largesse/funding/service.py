@@ -108,6 +108,13 @@ def debit(conn: Connection, *, funding_source_id: str, organization_id: str, amo
     return balance_after
 
 
+def hold(conn: Connection, *, funding_source_id: str, amount_cents: int) -> None:
+    """Add (or, negative, release) amount_cents to the balance's pending_cents: the totals of
+    its orders waiting for approval, already debited (orders/approvals.py; verify proves it)."""
+    conn.execute(update(funding_sources).where(funding_sources.c.id == funding_source_id)
+                 .values(pending_cents=funding_sources.c.pending_cents + amount_cents))
+
+
 def credit(conn: Connection, *, funding_source_id: str, organization_id: str, amount_cents: int, kind: str,
            memo: str | None = None, order_id: str | None = None, reward_id: str | None = None,
            reference: str | None = None) -> int:

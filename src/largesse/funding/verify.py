@@ -18,7 +18,13 @@ What must hold, and the `what` of the finding when it does not:
   source`); any other reward has none (`refund of unrefunded reward`); a refund names a
   reward (`refund without reward`); a REDEEMED reward has exactly one payout (`payout
   missing`, the payouts primary key allows no second one) and only a REDEEMED reward has one
-  (`payout of unredeemed reward`); statuses are known (`reward status`).
+  (`payout of unredeemed reward`); statuses are known (`reward status`);
+- approvals (orders/approvals.py): each balance's pending_cents is the sum of the totals of
+  its PENDING APPROVAL orders (`pending`); a rejected order is CANCELED and has exactly one
+  `order_refund` of its whole total on its balance (`order refund missing`, `order refund
+  count`, `order refund amount`), any other order none (`order refund of unrejected order`);
+  the rewards of a rejected order are CANCELED without refunds of their own (`rejected
+  order reward`).
 
 Each check is one aggregate query that returns only the violating rows, so the cost is a few
 scans of the tables whatever their size, and Python only touches findings. Run it in one
@@ -39,8 +45,10 @@ from largesse.orders.models import rewards as r
 from largesse.redemption.models import payouts as p
 
 REFUND = "reward_refund"
+ORDER_REFUND = "order_refund"
 ORDER = "order"
-CREDIT_KINDS = ("sandbox_credit", "funding", REFUND)
+PENDING = "PENDING APPROVAL"
+CREDIT_KINDS = ("sandbox_credit", "funding", REFUND, ORDER_REFUND)
 REFUNDED = ("CANCELED", "EXPIRED")
 STATUSES = ("ACTIVE", "REDEEMED", *REFUNDED)
 
@@ -62,7 +70,7 @@ def verify(conn: Connection) -> list[Problem]:
     problems: list[Problem] = []
     for check in (_balances, _running_balances, _ledger_entries, _order_debits, _debits_without_order,
                   _order_sums, _order_refunds, _reward_refunds, _refunds_without_reward, _payouts_missing,
-                  _payouts_unredeemed):
+                  _payouts_unredeemed, _pending_holds, _order_rejections):
         problems.extend(check(conn))
     return problems
 
@@ -185,14 +193,14 @@ def _order_sums(conn):
 
 def _order_refunds(conn):
     refunds = (select(le.c.order_id, func.sum(le.c.amount_cents).label("total"))
-               .where(le.c.kind == REFUND).group_by(le.c.order_id).subquery())
+               .where(le.c.kind.in_((REFUND, ORDER_REFUND))).group_by(le.c.order_id).subquery())
     refunded = func.coalesce(refunds.c.total, 0)
     rows = conn.execute(
         select(o.c.id, o.c.organization_id, o.c.refund_cents, refunded.label("refunded"))
         .outerjoin(refunds, refunds.c.order_id == o.c.id).where(o.c.refund_cents != refunded)
     ).all()
     return [Problem("order refund", x.id, int(x.refunded), int(x.refund_cents),
-                    "refund_cents is not the sum of the refunds credited for its rewards", x.organization_id)
+                    "refund_cents is not the sum of the refunds credited for it and its rewards", x.organization_id)
             for x in rows]
 
 
@@ -206,15 +214,17 @@ def _reward_refunds(conn):
     wrong_source = or_(refunds.c.source_min != o.c.funding_source_id, refunds.c.source_max != o.c.funding_source_id,
                        refunds.c.order_min != r.c.order_id, refunds.c.order_max != r.c.order_id,
                        refunds.c.order_min.is_(None))
+    rejected = o.c.rejected_at.is_not(None)  # refunded as a whole order, not reward by reward
     rows = conn.execute(
         select(r.c.id, r.c.organization_id, r.c.order_id, r.c.status, owed.label("owed"), refunds.c.n,
-               refunds.c.total, o.c.funding_source_id)
+               refunds.c.total, o.c.funding_source_id, rejected.label("rejected"))
         .join(o, o.c.id == r.c.order_id).outerjoin(refunds, refunds.c.reward_id == r.c.id)
         .where(or_(
             r.c.status.not_in(STATUSES),
-            and_(r.c.status.in_(REFUNDED), or_(refunds.c.n.is_(None), refunds.c.n != 1, refunds.c.total != owed,
-                                               wrong_source)),
-            and_(r.c.status.not_in(REFUNDED), refunds.c.n.is_not(None)),
+            and_(~rejected, r.c.status.in_(REFUNDED),
+                 or_(refunds.c.n.is_(None), refunds.c.n != 1, refunds.c.total != owed, wrong_source)),
+            and_(~rejected, r.c.status.not_in(REFUNDED), refunds.c.n.is_not(None)),
+            and_(rejected, or_(r.c.status != "CANCELED", refunds.c.n.is_not(None))),
         ))
     ).all()
     problems = []
@@ -222,7 +232,11 @@ def _reward_refunds(conn):
         org, owed_cents = x.organization_id, int(x.owed)
         if x.status not in STATUSES:
             problems.append(Problem("reward status", x.id, 0, 0, f"unknown status {x.status!r}", org))
-        if x.status not in REFUNDED:
+        if x.rejected:
+            problems.append(Problem("rejected order reward", x.id, 0, int(x.n or 0),
+                                    f"a {x.status} reward of rejected order {x.order_id} with {x.n or 0} "
+                                    "refund(s) of its own", org))
+        elif x.status not in REFUNDED:
             if x.n is not None:
                 problems.append(Problem("refund of unrefunded reward", x.id, 0, int(x.total),
                                         f"a {x.status} reward of order {x.order_id} has {x.n} refund(s)", org))
@@ -270,3 +284,52 @@ def _payouts_unredeemed(conn):
     ).all()
     return [Problem("payout of unredeemed reward", x.reward_id, 0, 1, f"the reward is {x.status}",
                     x.organization_id) for x in rows]
+
+
+def _pending_holds(conn):
+    held = (select(o.c.funding_source_id, func.sum(o.c.total_cents).label("total"))
+            .where(o.c.status == PENDING).group_by(o.c.funding_source_id).subquery())
+    expected = func.coalesce(held.c.total, 0)
+    rows = conn.execute(
+        select(fs.c.id, fs.c.organization_id, fs.c.pending_cents, expected.label("expected"))
+        .outerjoin(held, held.c.funding_source_id == fs.c.id).where(fs.c.pending_cents != expected)
+    ).all()
+    return [Problem("pending", x.id, int(x.expected), int(x.pending_cents),
+                    "pending_cents is not the sum of the totals of its orders pending approval", x.organization_id)
+            for x in rows]
+
+
+def _order_rejections(conn):
+    refunds = (select(le.c.order_id, func.count().label("n"), func.sum(le.c.amount_cents).label("total"),
+                      func.min(le.c.funding_source_id).label("source"))
+               .where(le.c.kind == ORDER_REFUND).group_by(le.c.order_id).subquery())
+    rejected = o.c.rejected_at.is_not(None)
+    rows = conn.execute(
+        select(o.c.id, o.c.organization_id, o.c.status, o.c.total_cents, o.c.funding_source_id,
+               rejected.label("rejected"), refunds.c.n, refunds.c.total, refunds.c.source)
+        .outerjoin(refunds, refunds.c.order_id == o.c.id)
+        .where(or_(
+            and_(rejected, or_(o.c.status != "CANCELED", refunds.c.n.is_(None), refunds.c.n != 1,
+                               refunds.c.total != o.c.total_cents, refunds.c.source != o.c.funding_source_id)),
+            and_(~rejected, refunds.c.n.is_not(None)),
+        ))
+    ).all()
+    problems = []
+    for x in rows:
+        org = x.organization_id
+        if not x.rejected:
+            problems.append(Problem("order refund of unrejected order", x.id, 0, int(x.total),
+                                    f"a {x.status} order has {x.n} order refund(s)", org))
+        elif x.n is None:
+            problems.append(Problem("order refund missing", x.id, int(x.total_cents), 0,
+                                    "a rejected order was never refunded", org))
+        elif x.n != 1:
+            problems.append(Problem("order refund count", x.id, 1, int(x.n),
+                                    f"a rejected order refunded {x.n} times", org))
+        elif int(x.total) != int(x.total_cents) or x.source != x.funding_source_id:
+            problems.append(Problem("order refund amount", x.id, int(x.total_cents), int(x.total),
+                                    f"the refund of a rejected order is not its total on balance {x.funding_source_id}",
+                                    org))
+        else:
+            problems.append(Problem("order status", x.id, 0, 0, f"a rejected order is {x.status}, not CANCELED", org))
+    return problems

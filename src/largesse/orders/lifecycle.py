@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, Row, or_, update
+from sqlalchemy import Connection, Row, exists, or_, update
 
-from largesse.orders.models import rewards
+from largesse.orders.models import orders, rewards
+
+# Rewards of an order waiting for approval do not expire: the order's total is refunded as a
+# whole if it is rejected, and their expiry starts over at approval (orders/approvals.py).
+NOT_WAITING_FOR_APPROVAL = ~exists().where(orders.c.id == rewards.c.order_id, orders.c.status == "PENDING APPROVAL")
 
 _STAMP = {"REDEEMED": "redeemed_at", "CANCELED": "canceled_at"}
 
@@ -32,7 +36,8 @@ def expire(conn: Connection, reward_id: str, *, at: datetime) -> Row | None:
     """ACTIVE and past expires_at -> EXPIRED; the reward's row if this call made the change."""
     return conn.execute(
         update(rewards)
-        .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE", rewards.c.expires_at <= at)
+        .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE", rewards.c.expires_at <= at,
+               NOT_WAITING_FOR_APPROVAL)
         .values(status="EXPIRED").returning(*rewards.c)
     ).first()
 

@@ -32,6 +32,13 @@ orders = Table(
     Column("total_cents", BigInteger, nullable=False),
     Column("refund_cents", BigInteger, nullable=False, default=0),
     Column("created_at", DateTime, nullable=False),
+    # Who decided a PENDING APPROVAL order, and when (orders/approvals.py): an API key or a member.
+    Column("approved_at", DateTime, nullable=True),
+    Column("approved_by_key_id", String(20), nullable=True),
+    Column("approved_by_member_id", String(20), nullable=True),
+    Column("rejected_at", DateTime, nullable=True),
+    Column("rejected_by_key_id", String(20), nullable=True),
+    Column("rejected_by_member_id", String(20), nullable=True),
     # Enforced by the database, so concurrent duplicates cannot both be created.
     UniqueConstraint("organization_id", "external_id"),
     Index("ix_orders_org_created", "organization_id", "created_at"),

@@ -33,7 +33,8 @@ def _insert_from_json(name: str, table: Table, param: str, overrides: dict[str, 
 
 
 _SQL = text(", ".join([
-    "WITH debit AS (UPDATE funding_sources SET available_cents = available_cents - :total "
+    "WITH debit AS (UPDATE funding_sources SET available_cents = available_cents - :total, "
+    "pending_cents = pending_cents + :pending "
     "WHERE id = :funding_source_id AND available_cents >= :total RETURNING available_cents)",
     _insert_from_json("o", orders, "orders"),
     _insert_from_json("rw", rewards, "rewards"),
@@ -56,6 +57,8 @@ def write_order(conn: Connection, *, order: dict, reward_rows: list[dict], field
     """
     result = conn.execute(_SQL, {
         "total": order["total_cents"],
+        # An order waiting for approval holds its total in pending_cents (orders/approvals.py).
+        "pending": order["total_cents"] if order["status"] == "PENDING APPROVAL" else 0,
         "funding_source_id": order["funding_source_id"],
         "orders": _json([order]),
         "rewards": _json(reward_rows),

@@ -35,7 +35,7 @@ from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
 from largesse.money import MoneyError, decimals_for, format_amount, percent_of, to_cents
 from largesse.ops import metrics
-from largesse.orders import pg_write, repository
+from largesse.orders import approvals, pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.schemas import CreateOrderIn, RewardIn
 from largesse.orders.wire import order_to_wire, reward_to_wire
@@ -133,6 +133,7 @@ _CONTEXT = (
         exists().where(_webhooks.c.organization_id == _organizations.c.id).label("has_webhook"),
         exists().where(_fields.c.organization_id == _organizations.c.id, _fields.c.required.is_(True))
         .label("has_required_fields"),
+        _organizations.c.approval_mode, _organizations.c.approval_above_cents,
     )
     .select_from(_api_keys)
     .join(_organizations, _organizations.c.id == _api_keys.c.organization_id)
@@ -286,11 +287,19 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
                                                  run_after=run_after, now=now))
     errors.raise_any()
 
+    # An order that needs approval is paid now (held in pending_cents) and delivered at approval.
+    status = "EXECUTED"
+    if approvals.needs_approval(context.approval_mode, context.approval_above_cents, channel="API",
+                                total_cents=subtotal + fees):
+        status = approvals.PENDING
+        job_rows, link_ids = [], []
+        for row in reward_rows:
+            row.update(delivery_status="PENDING", delivered_at=None)
     order_campaigns = {r.campaign_id for _, r in reward_inputs}
     order_row = {
         "id": order_id, "organization_id": org, "external_id": body.external_id, "request_hash": None,
         "campaign_id": order_campaigns.pop() if len(order_campaigns) == 1 else None,
-        "status": "EXECUTED", "channel": "API", "funding_source_id": balance_id, "currency_code": currency,
+        "status": status, "channel": "API", "funding_source_id": balance_id, "currency_code": currency,
         "subtotal_cents": subtotal, "fees_cents": fees, "discount_cents": 0, "total_cents": subtotal + fees,
         "refund_cents": 0, "created_at": now,
     }
@@ -335,6 +344,8 @@ def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | N
     links = tokens.issue_many(conn, plan.link_reward_ids)
     funding.debit(conn, funding_source_id=plan.funding_source_id, organization_id=order["organization_id"],
                   amount_cents=order["total_cents"], kind="order", order_id=order["id"])
+    if order["status"] == approvals.PENDING:
+        funding.hold(conn, funding_source_id=plan.funding_source_id, amount_cents=order["total_cents"])
     webhooks.emit(conn, order["organization_id"], [("ORDERS.CREATED", order["id"])], has_webhook=has_webhook)
     return links
 

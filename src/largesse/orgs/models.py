@@ -1,4 +1,4 @@
-from sqlalchemy import Boolean, Column, DateTime, ForeignKey, Index, Integer, String, Table
+from sqlalchemy import BigInteger, Boolean, Column, DateTime, ForeignKey, Index, Integer, String, Table, true
 
 from largesse.db import metadata
 
@@ -17,6 +17,12 @@ organizations = Table(
     # "sandbox" or "production" (config.ENVIRONMENTS): a server accepts only the keys of its
     # own environment's organizations, whatever a key's prefix says (auth.caller_from).
     Column("environment", String(20), nullable=False, server_default="sandbox"),
+    # Order approvals (orders/approvals.py, docs/approvals.md): which new orders wait for an
+    # approval ("off", "api", "all", "above"), the threshold of "above" (a total strictly
+    # greater needs approval), and whether an API key may approve or reject.
+    Column("approval_mode", String(10), nullable=False, server_default="off"),
+    Column("approval_above_cents", BigInteger, nullable=True),
+    Column("approval_api_allowed", Boolean, nullable=False, server_default=true()),
 )
 
 members = Table(

@@ -25,6 +25,8 @@ from largesse.webhooks.models import webhook_deliveries, webhooks
 # The events Largesse emits (a subset of API.md §8's list; the others have no counterpart here).
 EVENTS = (
     "ORDERS.CREATED",
+    "ORDERS.APPROVED",
+    "ORDERS.CANCELED",
     "REWARDS.DELIVERY.SUCCEEDED",
     "REWARDS.DELIVERY.FAILED",
     "REWARDS.CANCELED",
