@@ -58,21 +58,22 @@ def test_client_get_order_of_other_org_is_not_found(api, theirs):
         api.get_reward(theirs["reward_id"])
 
 
-def test_writes_with_other_org_ids_are_404_and_change_nothing(org, http, theirs):
+def test_writes_with_other_org_ids_change_nothing(org, http, theirs):
+    """Another organization's ID in the path is a 404; inside a body, a 400 at the property."""
     other = theirs["client"]
     their_balance = available_cents(other)
     error(http.put(f"/campaigns/{theirs['campaign']['id']}", json={"name": "Hijacked"}), 404)
     assert ok(other.get(f"/campaigns/{theirs['campaign']['id']}"))["campaign"]["name"] == theirs["campaign"]["name"]
 
     errors = error(http.post("/orders", json=order_body(org.member_email, campaign_id=theirs["campaign"]["id"],
-                                                        products=None)), 404)
+                                                        products=None)), 400)
     assert "campaign_id" in errors["payload"]["reward"]
     errors = error(http.post("/orders", json=order_body(
-        org.member_email, custom_fields=[{"id": theirs["field"]["id"], "value": "Secret"}])), 404)
+        org.member_email, custom_fields=[{"id": theirs["field"]["id"], "value": "Secret"}])), 400)
     assert "custom_fields" in errors["payload"]["reward"]
     body = order_body(org.member_email)
     body["payment"]["funding_source_id"] = theirs["funding_source_id"]
-    errors = error(http.post("/orders", json=body), 404)
+    errors = error(http.post("/orders", json=body), 400)
     assert "funding_source_id" in errors["payload"]["payment"]
 
     assert available_cents(http) == 500000 and available_cents(other) == their_balance

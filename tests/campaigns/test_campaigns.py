@@ -1,4 +1,4 @@
-"""/campaigns: create (ALL_FEE_FREE), get, list, partial PUT, validation (422) and unknown products (404)."""
+"""/campaigns: create (ALL_FEE_FREE), get, list, partial PUT, validation (422) and unknown products (400)."""
 
 from __future__ import annotations
 
@@ -76,11 +76,11 @@ def test_client_sees_422_body(api):
     assert caught.value.data.errors.payload is not None
 
 
-def test_unknown_product_is_404(http):
-    errors = error(http.post("/campaigns", json={"name": "C", "products": [GIFT_CARD_USD, "NOSUCHPRODUCT0"]}), 404)
+def test_unknown_product_is_400(http):
+    errors = error(http.post("/campaigns", json={"name": "C", "products": [GIFT_CARD_USD, "NOSUCHPRODUCT0"]}), 400)
     assert "NOSUCHPRODUCT0" in errors["payload"]["products"][0]
     campaign = make_campaign(http)
-    error(http.put(f"/campaigns/{campaign['id']}", json={"products": ["NOSUCHPRODUCT0"]}), 404)
+    error(http.put(f"/campaigns/{campaign['id']}", json={"products": ["NOSUCHPRODUCT0"]}), 400)
     assert ok(http.get(f"/campaigns/{campaign['id']}"))["campaign"]["products"] == [GIFT_CARD_USD]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from tremendous.exceptions import BadRequestException
 
 from tests.factories import (
     CHARITY_USD,
@@ -123,10 +124,10 @@ def test_dropdown_value_outside_options_is_refused(org, http):
     assert snapshot(http) == before
 
 
-def test_unknown_custom_field_is_404(org, http):
+def test_unknown_custom_field_is_400(org, http):
     before = snapshot(http)
     errors = error(http.post("/orders", json=order_body(
-        org.member_email, custom_fields=[{"id": "NOSUCHFIELD00", "value": "x"}])), 404)
+        org.member_email, custom_fields=[{"id": "NOSUCHFIELD00", "value": "x"}])), 400)
     assert "id" in errors["payload"]["reward"]["custom_fields"]["0"]
     assert snapshot(http) == before
 
@@ -241,22 +242,26 @@ def test_invoice_is_refused(org, http, source):
     assert snapshot(http) == before
 
 
-def test_unknown_funding_source_is_404(org, http):
+def test_unknown_funding_source_is_400(org, api, http):
     body = order_body(org.member_email)
     body["payment"]["funding_source_id"] = "NOSUCHSOURCE00"
-    errors = error(http.post("/orders", json=body), 404)
-    assert "funding_source_id" in errors["payload"]["payment"]
+    errors = error(http.post("/orders", json=body), 400)
+    assert errors["payload"] == {"payment": {"funding_source_id": ["not found"]}}
+    # A 400 is an error body create_order decodes (it decodes none for 404).
+    with pytest.raises(BadRequestException) as caught:
+        client_order(api, body)
+    assert caught.value.data.errors.payload == {"payment": {"funding_source_id": ["not found"]}}
 
 
-def test_unknown_product_is_404(org, http):
+def test_unknown_product_is_400(org, http):
     before = snapshot(http)
-    errors = error(http.post("/orders", json=order_body(org.member_email, products=["NOSUCHPRODUCT0"])), 404)
+    errors = error(http.post("/orders", json=order_body(org.member_email, products=["NOSUCHPRODUCT0"])), 400)
     assert "NOSUCHPRODUCT0" in errors["payload"]["reward"]["products"][0]
     assert snapshot(http) == before
 
 
-def test_unknown_campaign_is_404(org, http):
-    errors = error(http.post("/orders", json=order_body(org.member_email, campaign_id="NOSUCHCAMPAIGN")), 404)
+def test_unknown_campaign_is_400(org, http):
+    errors = error(http.post("/orders", json=order_body(org.member_email, campaign_id="NOSUCHCAMPAIGN")), 400)
     assert "campaign_id" in errors["payload"]["reward"]
 
 

@@ -7,7 +7,7 @@ from sqlalchemy import Connection, select
 from largesse import db
 from largesse.campaigns.models import campaigns
 from largesse.catalog import service as catalog
-from largesse.errors import NotFound, Unprocessable
+from largesse.errors import BadRequest, Unprocessable
 from largesse.ids import new_id
 from largesse.timeutil import utcnow
 
@@ -43,7 +43,8 @@ def list_for(conn: Connection, organization_id: str):
 
 
 def resolve_products(conn: Connection, product_ids: list[str]) -> list[str]:
-    """Expand ALL_FEE_FREE, drop duplicates (keeping order), 404 for unknown products."""
+    """Expand ALL_FEE_FREE, drop duplicates (keeping order), 400 for unknown products (an ID
+    inside the body points at the property; 404 is for the resource in the path)."""
     resolved: list[str] = []
     for pid in product_ids:
         expanded = catalog.fee_free_ids(conn) if pid == ALL_FEE_FREE else [pid]
@@ -51,7 +52,7 @@ def resolve_products(conn: Connection, product_ids: list[str]) -> list[str]:
     known = catalog.get_many(conn, resolved)
     missing = [pid for pid in resolved if pid not in known]
     if missing:
-        raise NotFound(f"Unknown product {missing[0]}", {"products": [f"unknown product {p}" for p in missing]})
+        raise BadRequest(f"Unknown product {missing[0]}", {"products": [f"unknown product {p}" for p in missing]})
     return resolved
 
 

@@ -64,10 +64,11 @@ def resolve(conn: Connection, organization_id: str, funding_source_id: str, *, l
 
 
 def check_balance_reference(balance_id: str | None, funding_source_id: str, *, loc=("id",)) -> str:
-    """resolve() for a caller who already knows the organization's balance ID (one query less)."""
+    """resolve() for a caller who already knows the organization's balance ID (one query less),
+    for a reference inside a request body: an unknown one is a 400 pointing at loc, not a 404."""
     keyword = _refuse_unsupported(funding_source_id, loc)
     if balance_id is None or (keyword != MAGIC_BALANCE and funding_source_id != balance_id):
-        raise NotFound(f"Funding source {funding_source_id} not found", nest(loc, "not found"))
+        raise BadRequest(f"Funding source {funding_source_id} not found", nest(loc, "not found"))
     return balance_id
 
 

@@ -27,7 +27,7 @@ from largesse.catalog import service as catalog
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
-from largesse.errors import ApiError, BadRequest, Conflict, NotFound, payload_from
+from largesse.errors import ApiError, BadRequest, Conflict, payload_from
 from largesse.fields import service as fields_service
 from largesse.fields.models import fields as _fields
 from largesse.funding import service as funding
@@ -62,7 +62,11 @@ class PlacedOrder:
 
 @dataclass
 class _Errors:
-    """Collects every problem of a request, raised together as one 400 or 404."""
+    """Collects every problem of a request, raised together as one 400.
+
+    An unknown ID inside the body (product, campaign, custom field) is a 400 pointing at the
+    property, not a 404: 404 is for the resource named in the path, and create_order's client
+    decodes no 404 body. The unknown IDs lead the message, being the likelier root cause."""
 
     items: list[tuple[tuple, str]] = field(default_factory=list)
     not_found: list[tuple[tuple, str]] = field(default_factory=list)
@@ -74,12 +78,10 @@ class _Errors:
         self.not_found.append((loc, message))
 
     def raise_any(self) -> None:
-        if self.not_found:
-            loc, message = self.not_found[0]
-            raise NotFound(f"{'.'.join(map(str, loc))}: {message}", payload_from(self.not_found))
-        if self.items:
-            loc, message = self.items[0]
-            raise BadRequest(f"{'.'.join(map(str, loc))}: {message}", payload_from(self.items))
+        problems = self.not_found + self.items
+        if problems:
+            loc, message = problems[0]
+            raise BadRequest(f"{'.'.join(map(str, loc))}: {message}", payload_from(problems))
 
 
 def request_hash(body: CreateOrderIn) -> str:
