@@ -61,6 +61,18 @@ class RewardIn(Wire):
     deliver_at: dt.date | None = Field(default=None, strict=False)
     language: Text(10) | None = None
 
+    @field_validator("deliver_at", mode="before")
+    @classmethod
+    def date_of_date_time(cls, value: Any) -> Any:
+        """A date-time (JavaScript's toISOString(): 2026-12-01T00:00:00.000Z) counts as its
+        date as written; the time part and offset are ignored (API.md §2.1)."""
+        if isinstance(value, str) and len(value) > 10 and value[10:11] in ("T", "t", " "):
+            try:
+                return dt.datetime.fromisoformat(value.replace("z", "Z")).date()
+            except ValueError:
+                raise ValueError("must be a date (YYYY-MM-DD) or an ISO 8601 date-time") from None
+        return value
+
     @model_validator(mode="after")
     def needs_products_or_campaign(self) -> RewardIn:
         if not self.products and not self.campaign_id:
