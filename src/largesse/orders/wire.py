@@ -9,7 +9,10 @@ from largesse.timeutil import iso, iso_date, spec_timestamp
 def reward_to_wire(row, field_values: list[dict], *, created_format: str = "iso8601",
                    link: str | None = None, redeemed_product_id: str | None = None) -> dict:
     get = row.get if isinstance(row, dict) else row._mapping.get
-    recipient = {"name": get("recipient_name"), "email": get("recipient_email")}
+    # email and phone are optional but not nullable in the Node client's types: absent, never null.
+    recipient = {"name": get("recipient_name")}
+    if get("recipient_email"):
+        recipient["email"] = get("recipient_email")
     if get("recipient_phone"):
         recipient["phone"] = get("recipient_phone")
     delivery = {"method": get("delivery_method"), "status": get("delivery_status")}

@@ -1,0 +1,82 @@
+"""The official Node client (tremendous 4.12, from package-lock.json) against the server: every
+response must fit the stricter types it declares (dist/api.d.ts), e.g. a key typed optional
+but not nullable is left out, never null. The checks run in JavaScript (tests/node/)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from largesse import auth, db
+from largesse.orders import approvals
+from tests.conftest import GIFT_CARD_USD
+from tests.factories import ok, order_body
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "node" / "client_check.js"
+CLIENT = ROOT / "node_modules" / "tremendous" / "dist" / "api.d.ts"
+
+
+def _run(org, **extra) -> dict:
+    if shutil.which("node") is None or not CLIENT.exists():
+        pytest.fail("node and node_modules (make node_modules/.installed: npm ci) are needed for this test")
+    args = {"base_url": org.base_url, "api_key": org.api_key, "member_email": org.member_email,
+            "product": GIFT_CARD_USD, **extra}
+    result = subprocess.run(["node", str(SCRIPT), json.dumps(args)], capture_output=True, text=True, timeout=120,
+                            cwd=ROOT)
+    assert result.stdout, result.stderr
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and "error" not in report, report
+    return report
+
+
+def test_every_response_fits_the_node_clients_types(org, engine):
+    with db.write(engine) as conn:
+        _, read_only = auth.issue_key(conn, organization_id=org.id, permission="read_only")
+    report = _run(org, read_only_key=read_only)
+    assert len(report["calls"]) >= 25, report["calls"]
+    assert report["problems"] == [], "\n".join(report["problems"])
+
+
+def test_approvals_through_the_node_client(org, engine):
+    with db.write(engine) as conn:
+        approvals.set_policy(conn, org.id, mode="api")
+    report = _run(org, approvals=True)
+    assert report["problems"] == [], "\n".join(report["problems"])
+    assert {"name": "approveOrder(rejected)", "status": 422} in report["calls"]
+
+
+def test_link_reward_without_email_has_no_email_key(org, http, api):
+    body = order_body(org.member_email, method="LINK")
+    body["reward"]["recipient"] = {"name": "No Email"}
+    reward = ok(http.post("/orders", json=body))["order"]["rewards"][0]
+    assert reward["recipient"] == {"name": "No Email"}
+    assert ok(http.get(f"/rewards/{reward['id']}"))["reward"]["recipient"] == {"name": "No Email"}
+    assert api.get_reward(reward["id"]).reward.recipient.email is None
+
+
+def test_the_checker_catches_what_the_declarations_forbid():
+    """The JavaScript checker itself: null in an optional, non-nullable key, a missing required
+    key, a wrong scalar type and an unknown enum value are each reported."""
+    script = """
+      const { checker } = require("./tests/node/declared_types.js");
+      const { check } = checker();
+      const reward = { id: "R1", recipient: { name: null, email: null }, value: { denomination: "5" } };
+      const order = { id: "O1", created_at: "2026-01-01T00:00:00.000Z", status: "SHIPPED" };
+      process.stdout.write(JSON.stringify([check({ reward }, "GetReward200Response"),
+                                           check({ order }, "GetOrder200Response"),
+                                           check({ order: { ...order, status: "PENDING APPROVAL" } },
+                                                 "GetOrder200Response")]));
+    """
+    result = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    reward_problems, order_problems, fine = json.loads(result.stdout)
+    assert any("recipient.email: null" in p for p in reward_problems), reward_problems
+    assert not any("recipient.name" in p for p in reward_problems), reward_problems  # name is nullable
+    assert any("denomination: string" in p for p in reward_problems), reward_problems
+    assert any("SHIPPED" in p for p in order_problems), order_problems
+    assert fine == []
