@@ -200,3 +200,27 @@ def test_create_order_request_through_client_is_unchanged_by_replay(org, api, en
     first = api.create_order(CreateOrderRequest(SingleRewardOrder.from_dict(body))).order
     again = api.create_order(CreateOrderRequest(SingleRewardOrder.from_dict(body))).order
     assert again.id == first.id and again.status == "PENDING APPROVAL"
+
+
+def test_fees_are_held_and_given_back_and_scheduled_rewards_wait_for_their_day(org, api, http, engine):
+    from largesse.orgs.models import organizations
+
+    with db.write(engine) as conn:
+        conn.execute(organizations.update().where(organizations.c.id == org.id)
+                     .values(fee_basis_points=250, fee_flat_cents=50))
+    set_policy(engine, org, "all")
+    before = available_cents(http)
+    day = (utcnow() + timedelta(days=5)).date()
+    scheduled = ok(http.post("/orders", json={**order_body(org.member_email, denomination=40,
+                                                           deliver_at=f"{day.isoformat()}T00:00:00.000Z"),
+                                              "external_id": unique("sched-")}))["order"]
+    rejected = ok(http.post("/orders", json=order_body(org.member_email, denomination=20)))["order"]
+    assert scheduled["payment"]["total"] == 41.5 and rejected["payment"]["total"] == 21
+    assert scheduled["rewards"][0]["delivery"]["status"] == "PENDING"
+    assert meta(http)["pending_cents"] == 4150 + 2100
+    assert api.reject_order(rejected["id"]).order.payment.refund.total == 21
+    approved = api.approve_order(scheduled["external_id"]).order  # an external_id names the order too
+    assert approved.id == scheduled["id"] and approved.rewards[0].delivery.status == "SCHEDULED"
+    assert approved.rewards[0].deliver_at == day
+    assert available_cents(http) == before - 4150 and meta(http)["pending_cents"] == 0
+    assert findings(engine, org) == []
