@@ -300,13 +300,14 @@ def balance_fund(org: OrgOption,
     data = {"funding_source_id": done.funding_source_id, "credited": done.credited,
             "credited_cents": cents if done.credited else 0, "available_cents": done.available_cents,
             "ledger_entry_id": done.entry_id, "reference": reference}
-    balance = f"balance {format_amount(done.available_cents)} {currency}"
+    balance = f"balance {format_amount(done.available_cents)} {done.currency_code}"
     if done.credited:
         emit(data, as_json, f"credited {format_amount(cents)} {currency}; {balance}")
         return
-    if done.amount_cents != cents:
-        fail(f"reference {reference!r} was already credited with {format_amount(done.amount_cents)} {currency} "
-             f"(ledger entry {done.entry_id}), not {format_amount(cents)}: nothing credited")
+    if done.amount_cents != cents or done.currency_code != currency:
+        fail(f"reference {reference!r} was already credited with {format_amount(done.amount_cents)} "
+             f"{done.currency_code} "
+             f"(ledger entry {done.entry_id}), not {format_amount(cents)} {currency}: nothing credited")
     emit(data, as_json, f"reference {reference!r} was already credited (ledger entry {done.entry_id}): "
                         f"nothing credited; {balance}")
 

@@ -196,3 +196,14 @@ def test_transaction_date_filters(org, api, http):
     assert len(api.list_balance_transactions(created_at_gte=created).transactions) >= 1
     assert api.list_balance_transactions(created_at_gte="2999-01-01T00:00:00Z").transactions == []
     assert len(api.list_balance_transactions(created_at_lte="2999-01-01T00:00:00Z").transactions) == 2
+
+
+def test_a_reference_credits_one_balance(org, cli, http):
+    args = ("balance", "fund", "--org", org.id, "--amount", "10", "--memo", "wire", "--reference", "W-CUR-1")
+    cli(*args, "--currency", "EUR")
+    other = cli(*args, check=False)  # the same reference for the USD balance: already used
+    assert other.returncode == 1 and "10.00 EUR" in other.stderr, other.stderr
+    assert _sources(http)["EUR"]["meta"]["available_cents"] == 1000 and available_cents(http) == 500000
+    reserved = cli("balance", "fund", "--org", org.id, "--amount", "1", "--memo", "x", "--reference", "topup:X",
+                   check=False)
+    assert reserved.returncode == 1 and "reserved" in reserved.stderr

@@ -216,11 +216,11 @@ def fund(engine: Engine, *, organization_id: str, amount_cents: int, memo: str, 
         if reference is None:
             raise
     with db.read(engine) as conn:
-        existing_source = source_of(conn)
         existing = conn.execute(_BY_REFERENCE, {"org": organization_id, "reference": reference}).first()
         if existing is None:  # the unique index refused it, so the entry exists: anything else is a bug
             raise RuntimeError(f"reference {reference!r} refused but not found")
-        source = existing_source if existing_source is not None else resolve(conn, organization_id, MAGIC_BALANCE)
+        # The balance the reference did credit (it may be another currency's than this run's).
+        source = conn.execute(_BY_ID, {"org": organization_id, "id": existing.funding_source_id}).one()
         return Funded(False, existing.id, existing.amount_cents, source.available_cents, source.id,
                       source.currency_code)
 
