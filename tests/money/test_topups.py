@@ -155,3 +155,14 @@ def cli_json_text(text: str) -> dict:
     import json
 
     return json.loads(text)
+
+
+def test_topup_of_a_eur_balance_is_in_euros(org, api, http, cli):
+    cli("balance", "fund", "--org", org.id, "--amount", "1", "--memo", "open EUR", "--currency", "EUR")
+    eur = next(s for s in api.list_funding_sources().funding_sources if s.meta.currency_code == "EUR")
+    topup = api.create_topup(_request(eur.id, unique(), 20.5)).topup
+    assert topup.currency_code == "EUR" and topup.funding_source_id == eur.id
+    cli("topups", "credit", topup.id)
+    assert api.get_funding_source(eur.id).funding_source.meta.available_cents == 2150
+    assert available_cents(http) == 500000
+    assert ledger_problems(cli, org.id) == []
