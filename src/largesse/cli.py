@@ -366,7 +366,8 @@ def ledger_verify(as_json: JsonFlag = False):
         with conn.begin():
             problems = funding.verify(conn)
     data = {"ok": not problems, "problems": [p.__dict__ for p in problems]}
-    emit(data, as_json, "ledger OK: balances, running balances, order debits and totals, refunds and payouts agree"
+    emit(data, as_json, "ledger OK: balances, running balances, order debits and totals, conversions, refunds, "
+                        "payouts, top-ups and invoice payments agree"
          if not problems else "\n".join(
              f"MISMATCH {p.what} {p.id}: expected {p.expected}, found {p.actual}"
              + (f" ({p.detail})" if p.detail else "") + (f" [organization {p.organization_id}]"
