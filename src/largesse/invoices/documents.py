@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import io
 
-from fpdf import FPDF
-
 from largesse.money import decimals_for, format_amount
 from largesse.timeutil import iso
 
@@ -40,6 +38,8 @@ def _latin1(text: str) -> str:
 
 
 def to_pdf(row) -> bytes:
+    from fpdf import FPDF  # imported on first use: it takes ~0.7 s, which every start would pay
+
     pdf = FPDF(format="A4")
     pdf.set_creator("Largesse")
     pdf.set_title(_latin1(f"Invoice {row.id}"))
