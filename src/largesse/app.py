@@ -210,18 +210,22 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.catalog.endpoints import router as products_router
     from largesse.delivery.endpoints import router as delivery_router
     from largesse.fields.endpoints import router as fields_router
+    from largesse.forex.endpoints import router as forex_router
     from largesse.funding.endpoints import router as funding_router
     from largesse.funding.transactions import router as transactions_router
     from largesse.orders.approval_endpoints import router as approvals_router
+    from largesse.invoices.endpoints import router as invoices_router
     from largesse.orders.endpoints import router as orders_router
     from largesse.orgs.endpoints import router as orgs_router
     from largesse.redemption.endpoints import TOKEN_PATH as REDEEM_TOKEN_PATH
     from largesse.redemption.endpoints import not_found_page as redemption_not_found
     from largesse.redemption.endpoints import router as redemption_router
+    from largesse.topups.endpoints import router as topups_router
     from largesse.webhooks.endpoints import router as webhooks_router
 
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
-                   transactions_router, orgs_router, webhooks_router, approvals_router):
+                   transactions_router, orgs_router, webhooks_router, approvals_router, topups_router,
+                   invoices_router, forex_router):
         app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(delivery_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API

@@ -265,8 +265,12 @@ def balance_fund(org: OrgOption,
                  reference: Annotated[str | None, typer.Option(
                      help="Unique reference of this funding (e.g. the wire ID): the same reference credits "
                           "the organization once, however often the command runs")] = None,
+                 currency: Annotated[str | None, typer.Option(
+                     help="Credit the balance in this currency (USD, EUR, GBP), created if the organization "
+                          "has none yet; default: the organization's own balance")] = None,
                  as_json: JsonFlag = False):
     """Credit an organization's balance through the ledger."""
+    from largesse.errors import ApiError
     from largesse.funding import service as funding
     from largesse.money import MoneyError, decimals_for, parse_amount_text
 
@@ -277,23 +281,33 @@ def balance_fund(org: OrgOption,
     engine = open_engine()
     with db.read(engine) as conn:
         require_org(conn, org)
-        currency = funding.resolve(conn, org, "BALANCE").currency_code
+        own = funding.resolve(conn, org, "BALANCE").currency_code
+    if currency is not None:
+        currency = currency.strip().upper()
+        if currency != own and currency not in funding.BALANCE_CURRENCIES:
+            fail(f"--currency must be one of {', '.join(sorted({own, *funding.BALANCE_CURRENCIES}))}")
+    currency = currency or own
     try:
         cents = parse_amount_text(amount, decimals=decimals_for(currency))
     except MoneyError as exc:
         fail(f"--amount {exc}")
-    done = funding.fund(engine, organization_id=org, amount_cents=cents, memo=memo,
-                        reference=reference.strip() if reference is not None else None)
+    try:
+        done = funding.fund(engine, organization_id=org, amount_cents=cents, memo=memo,
+                            reference=reference.strip() if reference is not None else None,
+                            currency_code=None if currency == own else currency)
+    except ApiError as exc:
+        fail(f"--reference {exc.message}")
     data = {"funding_source_id": done.funding_source_id, "credited": done.credited,
             "credited_cents": cents if done.credited else 0, "available_cents": done.available_cents,
             "ledger_entry_id": done.entry_id, "reference": reference}
-    balance = f"balance {format_amount(done.available_cents)} {currency}"
+    balance = f"balance {format_amount(done.available_cents)} {done.currency_code}"
     if done.credited:
         emit(data, as_json, f"credited {format_amount(cents)} {currency}; {balance}")
         return
-    if done.amount_cents != cents:
-        fail(f"reference {reference!r} was already credited with {format_amount(done.amount_cents)} {currency} "
-             f"(ledger entry {done.entry_id}), not {format_amount(cents)}: nothing credited")
+    if done.amount_cents != cents or done.currency_code != currency:
+        fail(f"reference {reference!r} was already credited with {format_amount(done.amount_cents)} "
+             f"{done.currency_code} "
+             f"(ledger entry {done.entry_id}), not {format_amount(cents)} {currency}: nothing credited")
     emit(data, as_json, f"reference {reference!r} was already credited (ledger entry {done.entry_id}): "
                         f"nothing credited; {balance}")
 
@@ -307,24 +321,34 @@ def balance_show(org: OrgOption, entries: Annotated[int, typer.Option(help="Ledg
     from largesse.funding import service as funding
     from largesse.funding.models import ledger_entries
 
-    with db.read(open_engine()) as conn:
-        require_org(conn, org)
-        source = funding.resolve(conn, org, "BALANCE")
-        rows = conn.execute(
+    def entries_of(conn, source):
+        return conn.execute(
             select(ledger_entries).where(ledger_entries.c.funding_source_id == source.id)
             .order_by(ledger_entries.c.id.desc()).limit(entries)
         ).all()
-    data = {
-        "funding_source_id": source.id, "currency_code": source.currency_code,
-        "available_cents": source.available_cents, "pending_cents": source.pending_cents,
-        "entries": [{"id": r.id, "created_at": str(r.created_at), "kind": r.kind, "amount_cents": r.amount_cents,
-                     "balance_after_cents": r.balance_after_cents, "memo": r.memo, "order_id": r.order_id,
-                     "reward_id": r.reward_id} for r in rows],
-    }
-    lines = [f"{source.id}  available {format_amount(source.available_cents)} {source.currency_code}"
-             f"  pending {format_amount(source.pending_cents)}"]
-    lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {format_amount(r.amount_cents):>12}"
-              f"  -> {format_amount(r.balance_after_cents)}  {r.memo or r.order_id or ''}" for r in rows]
+
+    def wire(source, rows):
+        return {
+            "funding_source_id": source.id, "currency_code": source.currency_code,
+            "available_cents": source.available_cents, "pending_cents": source.pending_cents,
+            "entries": [{"id": r.id, "created_at": str(r.created_at), "kind": r.kind, "amount_cents": r.amount_cents,
+                         "balance_after_cents": r.balance_after_cents, "memo": r.memo, "order_id": r.order_id,
+                         "reward_id": r.reward_id} for r in rows],
+        }
+
+    with db.read(open_engine()) as conn:
+        require_org(conn, org)
+        primary = funding.resolve(conn, org, "BALANCE")
+        # The primary balance first (its keys stay at the top level), then one per other currency.
+        balances = [(primary, entries_of(conn, primary))] + [
+            (s, entries_of(conn, s)) for s in funding.list_for(conn, org) if s.id != primary.id]
+    data = {**wire(*balances[0]), "balances": [wire(s, rows) for s, rows in balances]}
+    lines = []
+    for source, rows in balances:
+        lines.append(f"{source.id}  available {format_amount(source.available_cents)} {source.currency_code}"
+                     f"  pending {format_amount(source.pending_cents)}")
+        lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {format_amount(r.amount_cents):>12}"
+                  f"  -> {format_amount(r.balance_after_cents)}  {r.memo or r.order_id or ''}" for r in rows]
     emit(data, as_json, "\n".join(lines))
 
 
@@ -342,7 +366,8 @@ def ledger_verify(as_json: JsonFlag = False):
         with conn.begin():
             problems = funding.verify(conn)
     data = {"ok": not problems, "problems": [p.__dict__ for p in problems]}
-    emit(data, as_json, "ledger OK: balances, running balances, order debits and totals, refunds and payouts agree"
+    emit(data, as_json, "ledger OK: balances, running balances, order debits and totals, conversions, refunds, "
+                        "payouts, top-ups and invoice payments agree"
          if not problems else "\n".join(
              f"MISMATCH {p.what} {p.id}: expected {p.expected}, found {p.actual}"
              + (f" ({p.detail})" if p.detail else "") + (f" [organization {p.organization_id}]"
@@ -387,13 +412,19 @@ def _register_domain_commands() -> None:
     """worker/jobs (delivery) and inventory (redemption) live with their domains."""
     from largesse.delivery import cli as delivery_cli
     from largesse.orders import cli as orders_cli
+    from largesse.forex import cli as forex_cli
+    from largesse.invoices import cli as invoices_cli
     from largesse.redemption import cli as redemption_cli
+    from largesse.topups import cli as topups_cli
     from largesse.webhooks import cli as webhooks_cli
 
     delivery_cli.register(app)
     redemption_cli.register(app)
     webhooks_cli.register(app)
     orders_cli.register(app, org_app)  # org approvals; orders pending|approve|reject
+    topups_cli.register(app)
+    invoices_cli.register(app)
+    forex_cli.register(app)
 
 
 _register_domain_commands()

@@ -5,11 +5,14 @@ from largesse.catalog.models import products
 from largesse.db import metadata
 from largesse.delivery.models import jobs
 from largesse.fields.models import fields
+from largesse.forex.models import forex_rates
 from largesse.funding.models import funding_sources, ledger_entries
+from largesse.invoices.models import invoices
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orgs.models import api_keys, members, organizations
 from largesse.ratelimit import api_rate_limits
 from largesse.redemption.models import inventory_codes, payouts, redemption_tokens
+from largesse.topups.models import topups
 from largesse.webhooks.models import webhooks
 
 __all__ = [
@@ -17,4 +20,5 @@ __all__ = [
     "ledger_entries",
     "members", "metadata", "orders", "organizations", "payouts", "products", "redemption_tokens",
     "reward_field_values", "rewards", "webhooks",
+    "forex_rates", "invoices", "topups",
 ]

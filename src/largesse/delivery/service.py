@@ -41,7 +41,10 @@ def refund(conn: Connection, reward, *, memo: str) -> int:
     """Credit the reward's denomination and fee back to the balance that paid for it, in
     the caller's transaction; returns the cents refunded. A second refund of the same
     reward violates the ledger's unique index and aborts the caller's transaction."""
-    amount = reward.denomination_cents + reward.fee_cents
+    # A converted order's reward gives back what it was charged, in the balance's currency.
+    amount = reward.charged_cents
+    if amount is None:
+        amount = reward.denomination_cents + reward.fee_cents
     source_id = conn.execute(select(orders.c.funding_source_id).where(orders.c.id == reward.order_id)).scalar_one()
     funding.credit(conn, funding_source_id=source_id, organization_id=reward.organization_id, amount_cents=amount,
                    kind=REFUND_KIND, memo=memo, order_id=reward.order_id, reward_id=reward.id)

@@ -13,7 +13,8 @@ funding_sources = Table(
     Column("pending_cents", BigInteger, nullable=False, default=0),
     Column("status", String(20), nullable=False, default="active"),
     Column("created_at", DateTime, nullable=False),
-    UniqueConstraint("organization_id", "method"),
+    # Several balances per organization, one per currency (migration 0011).
+    UniqueConstraint("organization_id", "method", "currency_code"),
 )
 
 ledger_entries = Table(
@@ -24,7 +25,7 @@ ledger_entries = Table(
     # Signed: credits positive, debits negative.
     Column("amount_cents", BigInteger, nullable=False),
     Column("balance_after_cents", BigInteger, nullable=False),
-    # sandbox_credit | funding | order | reward_refund | adjustment
+    # sandbox_credit | funding | order | reward_refund | adjustment | topup | invoice_payment
     Column("kind", String(30), nullable=False),
     Column("memo", String(500), nullable=True),
     Column("order_id", String(20), nullable=True),

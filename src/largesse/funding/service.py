@@ -17,9 +17,14 @@ from largesse.errors import BadRequest, NotFound, PaymentRequired, nest
 from largesse.funding.models import funding_sources, ledger_entries
 from largesse.funding.verify import Problem, verify  # noqa: F401 - public: funding.service.verify(conn)
 from largesse.ids import new_id
+from largesse.orgs.models import organizations
 from largesse.timeutil import utcnow
+from largesse.webhooks import service as webhooks
 
 MAGIC_BALANCE = "BALANCE"
+# Currencies an organization may hold balances in besides its own (docs/funding.md).
+BALANCE_CURRENCIES = ("USD", "EUR", "GBP")
+FUNDED_EVENT = "FUNDING_SOURCES.FUNDED"  # API.md §8: a balance was credited (funding, top-up)
 UNSUPPORTED_METHODS = ("INVOICE", "INVOICE_THEN_BALANCE")
 
 
@@ -32,8 +37,14 @@ def create_balance(conn: Connection, *, organization_id: str, currency_code: str
     return fs_id
 
 
+# BALANCE is the primary balance: the one in the organization's own currency (created with it).
 _BY_METHOD = select(funding_sources).where(
-    funding_sources.c.organization_id == bindparam("org"), funding_sources.c.method == "balance")
+    funding_sources.c.organization_id == bindparam("org"), funding_sources.c.method == "balance",
+    funding_sources.c.currency_code == select(organizations.c.currency_code)
+    .where(organizations.c.id == bindparam("org")).scalar_subquery())
+_IN_CURRENCY = select(funding_sources).where(
+    funding_sources.c.organization_id == bindparam("org"), funding_sources.c.method == "balance",
+    funding_sources.c.currency_code == bindparam("currency"))
 _BY_ID = select(funding_sources).where(
     funding_sources.c.organization_id == bindparam("org"), funding_sources.c.id == bindparam("id"))
 _DEBIT = (
@@ -60,6 +71,17 @@ def resolve(conn: Connection, organization_id: str, funding_source_id: str, *, l
         row = conn.execute(_BY_ID, {"org": organization_id, "id": funding_source_id}).first()
     if row is None:
         raise NotFound(f"Funding source {funding_source_id} not found", nest(loc, "not found"))
+    return row
+
+
+def balance_in(conn: Connection, organization_id: str, currency_code: str, *, create: bool = False):
+    """The organization's balance in currency_code, or None; with create, made when missing
+    (the unique (organization_id, method, currency_code) keeps it to one under races: the
+    loser's transaction fails and a re-run finds the winner's)."""
+    row = conn.execute(_IN_CURRENCY, {"org": organization_id, "currency": currency_code}).first()
+    if row is None and create:
+        create_balance(conn, organization_id=organization_id, currency_code=currency_code)
+        row = conn.execute(_IN_CURRENCY, {"org": organization_id, "currency": currency_code}).first()
     return row
 
 
@@ -154,29 +176,59 @@ _BY_REFERENCE = select(ledger_entries.c.id, ledger_entries.c.amount_cents, ledge
     ledger_entries.c.organization_id == bindparam("org"), ledger_entries.c.reference == bindparam("reference"))
 
 
-def fund(engine: Engine, *, organization_id: str, amount_cents: int, memo: str, reference: str | None) -> Funded:
+def ensure_balance(engine: Engine, organization_id: str, currency_code: str):
+    """The organization's balance in currency_code, created (in its own transaction) if missing."""
+    for _ in range(3):
+        try:
+            with db.write(engine) as conn:
+                return balance_in(conn, organization_id, currency_code, create=True)
+        except IntegrityError:  # a concurrent run created it first: the next round finds it
+            continue
+    raise RuntimeError(f"could not create the {currency_code} balance of {organization_id}")
+
+
+# References the services write themselves (topups, invoices): an operator's may not take them.
+RESERVED_REFERENCE_PREFIXES = ("topup:", "invoice:")
+
+
+def fund(engine: Engine, *, organization_id: str, amount_cents: int, memo: str, reference: str | None,
+         currency_code: str | None = None) -> Funded:
     """An operator's credit of the organization's balance, in one transaction.
 
     With a reference, the ledger's unique index (organization_id, reference) decides: of any
     number of runs, sequential or concurrent, one INSERT succeeds; the others fail, roll back
     their balance update with it, and report the entry that did credit.
     """
+    if reference is not None and reference.lower().startswith(RESERVED_REFERENCE_PREFIXES):
+        raise BadRequest(f"references starting with {' or '.join(RESERVED_REFERENCE_PREFIXES)} are reserved",
+                         {"reference": ["is reserved"]})
+
+    if currency_code is not None:
+        ensure_balance(engine, organization_id, currency_code)
+
+    def source_of(conn):
+        if currency_code is None:
+            return resolve(conn, organization_id, MAGIC_BALANCE)
+        return balance_in(conn, organization_id, currency_code)
+
     try:
         with db.write(engine) as conn:
-            source = resolve(conn, organization_id, MAGIC_BALANCE)
+            source = source_of(conn)
             after = credit(conn, funding_source_id=source.id, organization_id=organization_id,
                            amount_cents=amount_cents, kind="funding", memo=memo, reference=reference)
             entry_id = conn.execute(select(func.max(ledger_entries.c.id)).where(
                 ledger_entries.c.funding_source_id == source.id)).scalar_one()
+            webhooks.emit(conn, organization_id, [(FUNDED_EVENT, source.id)])
             return Funded(True, entry_id, amount_cents, after, source.id, source.currency_code)
     except IntegrityError:
         if reference is None:
             raise
     with db.read(engine) as conn:
-        source = resolve(conn, organization_id, MAGIC_BALANCE)
         existing = conn.execute(_BY_REFERENCE, {"org": organization_id, "reference": reference}).first()
         if existing is None:  # the unique index refused it, so the entry exists: anything else is a bug
             raise RuntimeError(f"reference {reference!r} refused but not found")
+        # The balance the reference did credit (it may be another currency's than this run's).
+        source = conn.execute(_BY_ID, {"org": organization_id, "id": existing.funding_source_id}).one()
         return Funded(False, existing.id, existing.amount_cents, source.available_cents, source.id,
                       source.currency_code)
 

@@ -1,4 +1,10 @@
-"""/balance_transactions: the ledger, as the API shows it (newest first)."""
+"""/balance_transactions: the ledger, as the API shows it (newest first).
+
+Every ledger entry of every balance of the organization: orders, reward refunds, fundings,
+top-ups, invoice payments; each with the running balance of its own balance and in that
+balance's currency. A converted order's entry says so in its description. Invalid query
+values answer 422, the status list_balance_transactions' client decodes (API.md §1).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,9 @@ from sqlalchemy import select
 
 from largesse import db
 from largesse.auth import CallerDep
+from largesse.errors import ApiError, Unprocessable
 from largesse.funding.models import funding_sources, ledger_entries
-from largesse.money import to_wire
+from largesse.money import format_amount, to_wire
 from largesse.orders.models import orders
 from largesse.timeutil import iso
 from largesse.web import EngineDep, int_param, json_response, timestamp_param
@@ -21,16 +28,37 @@ DESCRIPTIONS = {
     "order": "Order",
     "reward_refund": "Reward refund",
     "adjustment": "Adjustment",
+    "topup": "Top-up credited",
+    "invoice_payment": "Invoice paid",
 }
+
+
+def _unprocessable(read, *args, **kwargs):
+    try:
+        return read(*args, **kwargs)
+    except ApiError as exc:
+        raise Unprocessable(exc.message, exc.payload) from None
+
+
+def _description(row) -> str:
+    if row.kind == "order" and row.order_id:
+        text = f"Order {row.order_id}"
+        if row.fx_currency_code:
+            text += (f": {format_amount(row.fx_total_cents)} {row.fx_currency_code} converted to {row.currency_code}"
+                     f" at {row.fx_rate} (rates of {row.fx_rate_date.isoformat()})")
+        return text
+    return row.memo or DESCRIPTIONS.get(row.kind, row.kind)
 
 
 @router.get("/balance_transactions")
 def list_balance_transactions(request: Request, caller: CallerDep, engine: EngineDep):
-    """Ledger entries of the balance. Query: offset, limit (default 10, max 500), created_at[gte|lte]."""
-    offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", 10, low=1, high=500)
+    """Ledger entries of the organization's balances. Query: offset, limit (default 10, max 500),
+    created_at[gte], created_at[lte] (ISO 8601). Invalid values: 422."""
+    offset = _unprocessable(int_param, request, "offset", 0, low=0)
+    limit = _unprocessable(int_param, request, "limit", 10, low=1, high=500)
     conditions = [ledger_entries.c.organization_id == caller.organization_id]
-    gte, lte = timestamp_param(request, "created_at[gte]"), timestamp_param(request, "created_at[lte]")
+    gte = _unprocessable(timestamp_param, request, "created_at[gte]")
+    lte = _unprocessable(timestamp_param, request, "created_at[lte]")
     if gte is not None:
         conditions.append(ledger_entries.c.created_at >= gte)
     if lte is not None:
@@ -38,7 +66,8 @@ def list_balance_transactions(request: Request, caller: CallerDep, engine: Engin
     with db.read(engine) as conn:
         rows = conn.execute(
             select(ledger_entries, funding_sources.c.currency_code, orders.c.external_id,
-                   orders.c.subtotal_cents, orders.c.total_cents, orders.c.fees_cents)
+                   orders.c.subtotal_cents, orders.c.total_cents, orders.c.fees_cents, orders.c.fx_currency_code,
+                   orders.c.fx_rate, orders.c.fx_rate_date, orders.c.fx_total_cents)
             .join(funding_sources, funding_sources.c.id == ledger_entries.c.funding_source_id)
             .outerjoin(orders, orders.c.id == ledger_entries.c.order_id)
             .where(*conditions).order_by(ledger_entries.c.id.desc()).offset(offset).limit(limit)
@@ -51,11 +80,14 @@ def list_balance_transactions(request: Request, caller: CallerDep, engine: Engin
             "currency_code": row.currency_code,
             "balance": to_wire(row.balance_after_cents),
             "action": row.kind,
-            "description": row.memo or DESCRIPTIONS.get(row.kind, row.kind),
+            "description": _description(row),
         }
         if row.order_id and row.total_cents is not None:
-            item["order"] = {"id": row.order_id, "external_id": row.external_id, "payment": {
+            order = {"id": row.order_id, "payment": {
                 "subtotal": to_wire(row.subtotal_cents), "total": to_wire(row.total_cents),
                 "fees": to_wire(row.fees_cents), "discount": 0, "currency_code": row.currency_code}}
+            if row.external_id is not None:  # optional, not nullable for the Node client
+                order["external_id"] = row.external_id
+            item["order"] = order
         transactions.append(item)
     return json_response({"transactions": transactions})

@@ -12,6 +12,7 @@ What must hold, and the `what` of the finding when it does not:
   subtotal and fees and total = subtotal + fees - discount (`order subtotal`, `order fees`,
   `order total`, `order without rewards`); refund_cents equals the refunds credited for its
   rewards (`order refund`);
+- top-ups, invoices and converted orders: funding/verify_credits.py;
 - rewards (orders/lifecycle.py: ACTIVE, then once REDEEMED, CANCELED or EXPIRED): a
   CANCELED or EXPIRED reward has exactly one refund of its value plus fee, credited to the
   balance that paid its order (`refund missing`, `refund count`, `refund amount`, `refund
@@ -48,7 +49,7 @@ REFUND = "reward_refund"
 ORDER_REFUND = "order_refund"
 ORDER = "order"
 PENDING = "PENDING APPROVAL"
-CREDIT_KINDS = ("sandbox_credit", "funding", REFUND, ORDER_REFUND)
+CREDIT_KINDS = ("sandbox_credit", "funding", REFUND, ORDER_REFUND, "topup", "invoice_payment")
 REFUNDED = ("CANCELED", "EXPIRED")
 STATUSES = ("ACTIVE", "REDEEMED", *REFUNDED)
 
@@ -72,6 +73,10 @@ def verify(conn: Connection) -> list[Problem]:
                   _order_sums, _order_refunds, _reward_refunds, _refunds_without_reward, _payouts_missing,
                   _payouts_unredeemed, _pending_holds, _order_rejections):
         problems.extend(check(conn))
+    from largesse.funding import verify_credits  # top-ups, invoices, converted orders
+
+    for check in (verify_credits.topup_credits, verify_credits.invoice_credits, verify_credits.conversions):
+        problems.extend(check(conn, Problem))
     return problems
 
 
@@ -165,11 +170,15 @@ def _order_sums(conn):
                    func.sum(r.c.fee_cents).label("fees"))
             .group_by(r.c.order_id).subquery())
     denoms, fees = func.coalesce(sums.c.denoms, 0), func.coalesce(sums.c.fees, 0)
+    # A converted order's subtotal and fees are in its balance's currency, its rewards' in
+    # theirs: verify_credits.conversions checks those; the total's arithmetic is checked here.
+    converted = o.c.fx_currency_code.is_not(None)
     rows = conn.execute(
         select(o.c.id, o.c.organization_id, o.c.subtotal_cents, o.c.fees_cents, o.c.discount_cents, o.c.total_cents,
-               sums.c.n, denoms.label("denoms"), fees.label("fees"))
+               o.c.fx_currency_code, sums.c.n, denoms.label("denoms"), fees.label("fees"))
         .outerjoin(sums, sums.c.order_id == o.c.id)
-        .where(or_(sums.c.n.is_(None), o.c.subtotal_cents != denoms, o.c.fees_cents != fees,
+        .where(or_(sums.c.n.is_(None), and_(~converted, o.c.subtotal_cents != denoms),
+                   and_(~converted, o.c.fees_cents != fees),
                    o.c.total_cents != o.c.subtotal_cents + o.c.fees_cents - o.c.discount_cents))
     ).all()
     problems = []
@@ -178,10 +187,10 @@ def _order_sums(conn):
         if x.n is None:
             problems.append(Problem("order without rewards", x.id, 1, 0, "", org))
             continue
-        if x.subtotal_cents != x.denoms:
+        if x.subtotal_cents != x.denoms and x.fx_currency_code is None:
             problems.append(Problem("order subtotal", x.id, int(x.subtotal_cents), int(x.denoms),
                                     f"the denominations of its {x.n} rewards do not add up to the subtotal", org))
-        if x.fees_cents != x.fees:
+        if x.fees_cents != x.fees and x.fx_currency_code is None:
             problems.append(Problem("order fees", x.id, int(x.fees_cents), int(x.fees),
                                     f"the fees of its {x.n} rewards do not add up to the order's fees", org))
         expected_total = x.subtotal_cents + x.fees_cents - x.discount_cents
@@ -210,7 +219,7 @@ def _reward_refunds(conn):
                       func.max(le.c.funding_source_id).label("source_max"),
                       func.min(le.c.order_id).label("order_min"), func.max(le.c.order_id).label("order_max"))
                .where(le.c.kind == REFUND, le.c.reward_id.is_not(None)).group_by(le.c.reward_id).subquery())
-    owed = r.c.denomination_cents + r.c.fee_cents
+    owed = func.coalesce(r.c.charged_cents, r.c.denomination_cents + r.c.fee_cents)  # converted: what was charged
     wrong_source = or_(refunds.c.source_min != o.c.funding_source_id, refunds.c.source_max != o.c.funding_source_id,
                        refunds.c.order_min != r.c.order_id, refunds.c.order_max != r.c.order_id,
                        refunds.c.order_min.is_(None))

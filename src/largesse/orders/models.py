@@ -39,6 +39,15 @@ orders = Table(
     Column("rejected_at", DateTime, nullable=True),
     Column("rejected_by_key_id", String(20), nullable=True),
     Column("rejected_by_member_id", String(20), nullable=True),
+    # A converted order (its rewards' currency differs from the balance's, forex/conversion.py):
+    # the amounts above are in the balance's currency; these record the rewards' currency, their
+    # amounts in it, and the rate (exact decimal text) and rate date that converted them. NULL otherwise.
+    Column("fx_currency_code", String(3), nullable=True),
+    Column("fx_rate", String(40), nullable=True),
+    Column("fx_rate_date", Date, nullable=True),
+    Column("fx_subtotal_cents", BigInteger, nullable=True),
+    Column("fx_fees_cents", BigInteger, nullable=True),
+    Column("fx_total_cents", BigInteger, nullable=True),
     # Enforced by the database, so concurrent duplicates cannot both be created.
     UniqueConstraint("organization_id", "external_id"),
     Index("ix_orders_org_created", "organization_id", "created_at"),
@@ -72,6 +81,8 @@ rewards = Table(
     Column("redeemed_at", DateTime, nullable=True),
     Column("canceled_at", DateTime, nullable=True),
     Column("created_at", DateTime, nullable=False),
+    # Converted orders only: denomination + fee in the balance's currency, what a refund gives back.
+    Column("charged_cents", BigInteger, nullable=True),
     Index("ix_rewards_order", "order_id"),
     Index("ix_rewards_org_created", "organization_id", "created_at"),
     Index("ix_rewards_expiry", "status", "expires_at"),

@@ -30,6 +30,7 @@ from largesse.delivery.models import jobs
 from largesse.errors import ApiError, BadRequest, Conflict, payload_from
 from largesse.fields import service as fields_service
 from largesse.fields.models import fields as _fields
+from largesse.forex import conversion
 from largesse.funding import service as funding
 from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
@@ -140,7 +141,8 @@ _CONTEXT = (
     .select_from(_api_keys)
     .join(_organizations, _organizations.c.id == _api_keys.c.organization_id)
     .outerjoin(_funding_sources, and_(_funding_sources.c.organization_id == _organizations.c.id,
-                                      _funding_sources.c.method == "balance"))
+                                      _funding_sources.c.method == "balance",
+                                      _funding_sources.c.currency_code == _organizations.c.currency_code))
     .where(_api_keys.c.key_hash == bindparam("key_hash"), _api_keys.c.revoked_at.is_(None))
 )
 _BY_EXTERNAL_ID = select(orders).where(
@@ -178,9 +180,13 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
           reward_inputs: list[tuple[tuple, RewardIn]]) -> _Plan:
     org = caller.organization_id
     errors = _Errors()
-    balance_id = funding.check_balance_reference(context.balance_id, body.payment.funding_source_id,
-                                                 loc=("payment", "funding_source_id"))
-    currency = context.balance_currency
+    named_currencies = {r.value.currency_code.upper() for _, r in reward_inputs if r.value.currency_code}
+    balance_id, currency = conversion.choose_balance(
+        conn, org=org, context=context, funding_source_id=body.payment.funding_source_id,
+        reward_currencies=named_currencies, loc=("payment", "funding_source_id"))
+    # Rewards in another currency than the balance's convert (forex/conversion.py); None: none do.
+    fx = conversion.Converter(conn, currency) if named_currencies - {currency} else None
+    fx_subtotal = fx_fees = 0
 
     campaign_ids = {r.campaign_id for _, r in reward_inputs if r.campaign_id}
     campaigns = campaigns_service.get_many(conn, org, campaign_ids)
@@ -214,9 +220,9 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
         except MoneyError as exc:
             errors.add(loc + ("value", "denomination"), str(exc))
             cents = 0
-        if reward_currency != currency:
-            errors.add(loc + ("value", "currency_code"),
-                       f"must be {currency}, the balance's currency (no currency conversion is configured)")
+        problem = fx.problem(reward_currency) if fx is not None else None
+        if problem:
+            errors.add(loc + ("value", "currency_code"), problem)
         if not offered:
             errors.add(loc + ("products",), "no products: send products or a campaign that has some")
         for pid in offered:
@@ -256,8 +262,14 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
         reward_id = new_id()
         values = _field_values(errors, loc, r, org_fields)
         fee = percent_of(cents, caller.fee_basis_points) + caller.fee_flat_cents
-        subtotal += cents
-        fees += fee
+        charged = None
+        if fx is not None and not problem:  # amounts in the balance's currency; the reward keeps its own
+            charged, converted = fx.charge(cents + fee), fx.charge(cents)
+            fx_subtotal, fx_fees = fx_subtotal + cents, fx_fees + fee
+            subtotal, fees = subtotal + converted, fees + charged - converted
+        else:
+            subtotal += cents
+            fees += fee
         scheduled = r.deliver_at is not None and r.deliver_at > today and method != "LINK"
         expiry_days = (campaign.reward_expiry_days if campaign and campaign.reward_expiry_days
                        else caller.reward_expiry_days or settings.reward_expiry_days)
@@ -273,6 +285,8 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
             "expires_at": now + timedelta(days=expiry_days) if expiry_days else None,
             "created_at": now,
         })
+        if fx is not None:
+            reward_rows[-1]["charged_cents"] = charged
         wire_values = []
         for field_row, value in values:
             field_rows.append({
@@ -305,6 +319,10 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
         "subtotal_cents": subtotal, "fees_cents": fees, "discount_cents": 0, "total_cents": subtotal + fees,
         "refund_cents": 0, "created_at": now,
     }
+    if fx is not None:
+        order_row.update(fx_currency_code=fx.source, fx_rate=str(fx.rate), fx_rate_date=fx.rate_date,
+                         fx_subtotal_cents=fx_subtotal, fx_fees_cents=fx_fees,
+                         fx_total_cents=fx_subtotal + fx_fees)
     return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, balance_id)
 
 

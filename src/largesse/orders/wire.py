@@ -57,6 +57,14 @@ def order_to_wire(row, rewards: list[dict]) -> dict:
         "discount": to_wire(get("discount_cents") or 0),
         "currency_code": get("currency_code"),
     }
+    if get("fx_currency_code"):
+        # A converted order (docs/funding.md): the amounts above were charged in the balance's
+        # currency; this is what the rewards are worth in theirs, and the rate that converted them.
+        payment["conversion"] = {
+            "currency_code": get("fx_currency_code"), "rate": float(get("fx_rate")),
+            "rate_text": get("fx_rate"), "rate_date": iso_date(get("fx_rate_date")),
+            "subtotal": to_wire(get("fx_subtotal_cents")), "fees": to_wire(get("fx_fees_cents")),
+            "total": to_wire(get("fx_total_cents"))}
     if get("refund_cents"):
         payment["refund"] = {"total": to_wire(get("refund_cents")), "currency_code": get("currency_code")}
     return {

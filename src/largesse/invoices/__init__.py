@@ -1,0 +1,1 @@
+"""Invoices: money an organization promises to pay; the operator marks them paid."""

@@ -1,0 +1,56 @@
+"""`largesse invoices list|pay`: the operator's side of invoices. Registered by largesse.cli."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from largesse import db
+from largesse.cli_common import JsonFlag, emit, fail, open_engine, require_org
+
+invoices_app = typer.Typer(help="Invoices: mark them paid.", no_args_is_help=True)
+
+
+@invoices_app.command("list")
+def invoices_list(org: Annotated[str | None, typer.Option("--org", help="Only this organization's")] = None,
+                  limit: Annotated[int, typer.Option(help="How many (newest first)")] = 100,
+                  as_json: JsonFlag = False):
+    """Invoices of every status, newest first."""
+    from largesse.invoices import service
+    from largesse.money import format_amount
+
+    with db.read(open_engine()) as conn:
+        if org is not None:
+            require_org(conn, org)
+        rows = service.list_all(conn, org, limit=max(1, min(limit, 1000)))
+    data = {"invoices": [service.to_wire(r) | {"organization_id": r.organization_id} for r in rows]}
+    emit(data, as_json, "\n".join(
+        f"{r.id}  {r.organization_id}  {r.status:<8} {format_amount(r.amount_cents):>12} {r.currency_code}  "
+        f"{r.created_at:%Y-%m-%d %H:%M:%S}  {r.po_number or ''}" for r in rows) or "no invoices")
+
+
+@invoices_app.command("pay")
+def invoices_pay(invoice_id: Annotated[str, typer.Argument(help="The invoice's ID")], as_json: JsonFlag = False):
+    """Mark an OPEN invoice paid and credit its amount to the organization's balance in its
+    currency (once: a second run credits nothing). A deleted invoice cannot be paid (exit 1)."""
+    from largesse.invoices import service
+    from largesse.money import format_amount
+
+    try:
+        done = service.pay(open_engine(), invoice_id)
+    except service.UnknownInvoice:
+        fail(f"no invoice {invoice_id}")
+    invoice = done.invoice
+    data = {"paid": done.changed, "invoice": invoice, "available_cents": done.available_cents}
+    if done.changed:
+        emit(data, as_json, f"invoice {invoice_id} paid: credited {invoice['amount']} {invoice['currency_code']}; "
+                            f"balance {format_amount(done.available_cents)} {invoice['currency_code']}")
+    elif done.status == service.PAID:
+        emit(data, as_json, f"invoice {invoice_id} was already paid: nothing credited")
+    else:
+        fail(f"invoice {invoice_id} is {done.status}: it cannot be paid")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(invoices_app, name="invoices")
