@@ -7,6 +7,7 @@ organizations = Table(
     Column("id", String(20), primary_key=True),
     Column("name", String(200), nullable=False),
     Column("website", String(500), nullable=True),
+    Column("phone", String(50), nullable=True),
     Column("currency_code", String(3), nullable=False, default="USD"),
     # Fee settings: a percentage of each reward (basis points) plus a flat fee per reward.
     Column("fee_basis_points", Integer, nullable=False, default=0),
@@ -17,6 +18,10 @@ organizations = Table(
     # "sandbox" or "production" (config.ENVIRONMENTS): a server accepts only the keys of its
     # own environment's organizations, whatever a key's prefix says (auth.caller_from).
     Column("environment", String(20), nullable=False, server_default="sandbox"),
+    # The organization that created this one (POST /organizations, POST /connected_organizations);
+    # NULL for organizations the operator created. Sub-organizations share its environment.
+    Column("parent_organization_id", String(20), nullable=True),
+    Index("ix_organizations_parent", "parent_organization_id", "created_at"),
 )
 
 members = Table(
