@@ -167,7 +167,7 @@ async def get_connected_organization_member(connected_organization_member_id: st
                response_model=ConnectedMemberEnvelope)
 async def delete_connected_organization_member(connected_organization_member_id: str, caller: CallerDep,
                                                engine: EngineDep):
-    """Remove the member (never the last administrator: 422) and end its sign-in links."""
+    """Remove the member from the connected organization and end its sign-in links."""
     def delete(conn):
         row = service.get_connected_member(conn, caller.organization_id, connected_organization_member_id)
         wire = service.connected_member_to_wire(conn, row)

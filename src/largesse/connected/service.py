@@ -166,12 +166,13 @@ def list_connected_members(conn: Connection, platform_id: str, connected_id: str
 
 
 def delete_connected_member(conn: Connection, platform_id: str, cm_id: str):
-    """Remove the member from the connected organization (orgs.service rules: never its last
-    administrator, 422) and end its sign-in links. Returns the row as it was."""
+    """Remove the member from the connected organization and end its sign-in links. The platform
+    administers its connected organizations' membership, so removing their last administrator is
+    allowed here (unlike DELETE /members). Returns the row as it was."""
     row = get_connected_member(conn, platform_id, cm_id)
     connected = conn.execute(select(_CO).where(_CO.c.id == row.connected_organization_id)).first()
     if conn.execute(select(members.c.id).where(members.c.id == row.member_id)).first() is not None:
-        orgs.remove_member_in(conn, connected.organization_id, row.member_id)
+        orgs.remove_member_in(conn, connected.organization_id, row.member_id, keep_last_admin=False)
     now = utcnow()
     ended = conn.execute(update(_CM).where(_CM.c.id == cm_id, _CM.c.deleted_at.is_(None))
                          .values(deleted_at=now)).rowcount

@@ -186,13 +186,16 @@ def update_member_role(engine: Engine, *, organization_id: str, member_id: str, 
         return get_member_or_404(conn, organization_id, member_id)
 
 
-def remove_member_in(conn: Connection, organization_id: str, member_id: str) -> None:
-    """remove_member inside the caller's transaction."""
+def remove_member_in(conn: Connection, organization_id: str, member_id: str, *,
+                     keep_last_admin: bool = True) -> None:
+    """remove_member inside the caller's transaction. keep_last_admin=False is for a platform
+    removing a connected organization's member: the platform administers that membership."""
     from largesse.webhooks import service as webhooks
 
     _lock_org(conn, organization_id)
     member = get_member_or_404(conn, organization_id, member_id)
-    _refuse_last_admin(conn, organization_id, member, "id", "delete")
+    if keep_last_admin:
+        _refuse_last_admin(conn, organization_id, member, "id", "delete")
     conn.execute(delete(members).where(members.c.id == member_id))
     webhooks.emit(conn, organization_id, [("MEMBERS.DELETED", member_id)])
 
