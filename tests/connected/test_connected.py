@@ -201,3 +201,21 @@ def test_deleting_the_connection_ends_links_and_keys(org, api, engine):
         customer.list_members()
     # The organization and its money stay.
     assert connected.organization.id in [o.id for o in api.list_organizations().organizations]
+
+
+def test_concurrent_creates_with_one_client_id(org, api):
+    statuses = []
+
+    def create():
+        with org.http() as http:
+            statuses.append(http.post("/connected_organizations", json={"client_id": "race"}).status_code)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [200, 400, 400, 400]
+    assert api.list_connected_organizations().total_count == 1
+    # The losers' sub-organizations (and their sandbox credit) rolled back with them.
+    assert len(api.list_organizations().organizations) == 2
