@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from largesse import __version__, paths, ratelimit
+from largesse import __version__, auth, paths, ratelimit
 from largesse.config import Settings
 from largesse.db import make_engine
 from largesse.errors import ApiError, first_message, payload_from
@@ -121,15 +121,25 @@ def _document_self_parsed_bodies(app: FastAPI) -> None:
 
 
 def _loggable_path(path: str) -> str:
-    """The path without secrets: redemption tokens are bearer secrets and never logged."""
+    """The path without secrets: redemption and sign-in tokens are bearer secrets, never logged."""
     if path.startswith("/redeem/"):
         return "/redeem/<token>"
+    if path.startswith("/connect/"):
+        return "/connect/<token>"
     return path
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    async def auth_first(request: Request, status: int):
+        """A write's 401/403 wins over its other 4xx (auth.refusal): nothing about the request
+        is answered to a key that may not make it."""
+        if status in (400, 404, 409, 413, 422) and request.url.path.startswith(API_PREFIX + "/"):
+            return await auth.refusal(request)
+        return None
+
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
+        exc = await auth_first(request, exc.status_code) or exc
         return _error(exc.status_code, exc.message, exc.payload, exc.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -147,6 +157,9 @@ def install_error_handlers(app: FastAPI) -> None:
                 message = message[len("Value error, "):]
             problems.append((loc, message))
         status = _validation_status(request)
+        refused = await auth_first(request, status)
+        if refused is not None:
+            return _error(refused.status_code, refused.message, refused.payload)
         return _error(status, "Invalid request: " + first_message(problems), payload_from(problems))
 
     @app.exception_handler(StarletteHTTPException)
@@ -208,6 +221,8 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
 
     from largesse.campaigns.endpoints import router as campaigns_router
     from largesse.catalog.endpoints import router as products_router
+    from largesse.connected import pages as connect_pages
+    from largesse.connected.endpoints import router as connected_router
     from largesse.delivery.endpoints import router as delivery_router
     from largesse.fields.endpoints import router as fields_router
     from largesse.forex.endpoints import router as forex_router
@@ -225,11 +240,13 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
 
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
                    transactions_router, orgs_router, webhooks_router, approvals_router, topups_router,
-                   invoices_router, forex_router):
+                   invoices_router, forex_router, connected_router):
         app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(delivery_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
     paths.serve_html_404(app, "/redeem/", redemption_not_found, valid=REDEEM_TOKEN_PATH)
+    app.include_router(connect_pages.router)  # /connect/{token}: connected members' sign-in page
+    paths.serve_html_404(app, "/connect/", connect_pages.not_found_page, valid=connect_pages.TOKEN_PATH)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _document_self_parsed_bodies(app)
 

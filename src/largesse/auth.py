@@ -22,13 +22,16 @@ from fastapi import Depends, Request
 from sqlalchemy import Connection, bindparam, select
 
 from largesse import db
-from largesse.errors import Forbidden, Unauthorized
+from largesse.errors import ApiError, Forbidden, Unauthorized
 from largesse.ids import new_id
 from largesse.orgs.models import api_keys, organizations
 from largesse.timeutil import utcnow
 from largesse.web import get_engine, run_db
 
 PERMISSIONS = ("read_write", "read_only")
+# Every other method is a write, which a read_only key may never make (caller_from): the one
+# place that rule lives, for every route present and future (tests/orgs/test_read_only.py).
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PREFIXES = {"sandbox": "LRG_SANDBOX_", "production": "LRG_PROD_"}
 
 # key hash -> organization id of every key this process has verified, for the API rate
@@ -141,13 +144,32 @@ async def bearer(request: Request) -> Credentials:
     """Checks the header's form only; the key itself is verified in the request's transaction
     (see orders.service.place_order), saving the hottest path a transaction of its own."""
     return parse_authorization(request.headers.get("authorization"),
-                               writes=request.method not in ("GET", "HEAD", "OPTIONS"),
+                               writes=request.method not in READ_METHODS,
                                environment=request.app.state.settings.environment)
 
 
 async def current_caller(request: Request) -> Caller:
     engine = get_engine(request)
-    return await run_db(engine, _lookup, engine, await bearer(request))
+    caller = await run_db(engine, _lookup, engine, await bearer(request))
+    request.state.caller = caller  # verified: refusal() need not look the key up again
+    return caller
+
+
+async def refusal(request: Request) -> ApiError | None:
+    """The 401/403 a write request's key earns, or None: called by the app's error handlers
+    before they answer a write with another 4xx, so that a read-only (or unknown) key gets its
+    403 (401) whatever else is wrong with the request (a malformed body is parsed, and refused,
+    before any endpoint runs). Costs a key lookup on those error answers only; None for reads
+    and for requests whose key was verified already."""
+    if request.method in READ_METHODS or getattr(request.state, "caller", None) is not None:
+        return None
+    try:
+        await current_caller(request)
+    except (Unauthorized, Forbidden) as exc:
+        return exc
+    except Exception:  # the database is away, say: the original error stands
+        return None
+    return None
 
 
 CallerDep = Annotated[Caller, Depends(current_caller)]

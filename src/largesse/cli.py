@@ -155,13 +155,17 @@ def org_create(
 
 @org_app.command("list")
 def org_list(as_json: JsonFlag = False):
-    """List organizations."""
+    """List organizations; a sub-organization (created through the API) names its parent."""
     from largesse.orgs import service as orgs
 
     with db.read(open_engine()) as conn:
         rows = orgs.list_orgs(conn)
-    data = {"organizations": [{"id": r.id, "name": r.name, "currency_code": r.currency_code} for r in rows]}
-    emit(data, as_json, "\n".join(f"{r.id}  {r.name}" for r in rows) or "no organizations")
+    data = {"organizations": [{"id": r.id, "name": r.name, "currency_code": r.currency_code,
+                               "environment": r.environment, "parent_organization_id": r.parent_organization_id}
+                              for r in rows]}
+    emit(data, as_json, "\n".join(f"{r.id}  {r.name}" + (f"  (sub-organization of {r.parent_organization_id})"
+                                                         if r.parent_organization_id else "")
+                                  for r in rows) or "no organizations")
 
 
 @org_app.command("fees")

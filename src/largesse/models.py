@@ -2,6 +2,11 @@
 
 from largesse.campaigns.models import campaigns
 from largesse.catalog.models import products
+from largesse.connected.models import (
+    connected_member_sessions,
+    connected_organization_members,
+    connected_organizations,
+)
 from largesse.db import metadata
 from largesse.delivery.models import jobs
 from largesse.fields.models import fields
@@ -16,7 +21,8 @@ from largesse.topups.models import topups
 from largesse.webhooks.models import webhooks
 
 __all__ = [
-    "api_keys", "api_rate_limits", "campaigns", "fields", "funding_sources", "inventory_codes", "jobs",
+    "api_keys", "api_rate_limits", "campaigns", "connected_member_sessions", "connected_organization_members",
+    "connected_organizations", "fields", "funding_sources", "inventory_codes", "jobs",
     "ledger_entries",
     "members", "metadata", "orders", "organizations", "payouts", "products", "redemption_tokens",
     "reward_field_values", "rewards", "webhooks",

@@ -45,4 +45,4 @@ def test_organization_roles_and_isolation(org, other_org, api):
     other_member = other_org.api().list_members().members[0]
     with pytest.raises(NotFoundException):
         api.get_member(other_member.id)
-    assert {r.id for r in api.list_roles().roles} == {"ADMIN", "MEMBER"}
+    assert {r.id for r in api.list_roles().roles} == {"ADMIN", "MEMBER", "VIEWER"}

@@ -33,9 +33,11 @@ UNMATCHED = "<unmatched>"
 
 
 def loggable_path(path: str) -> str:
-    """The path without secrets: redemption tokens are bearer secrets and never logged."""
+    """The path without secrets: redemption and sign-in tokens are bearer secrets, never logged."""
     if path.startswith("/redeem/"):
         return "/redeem/<token>"
+    if path.startswith("/connect/"):
+        return "/connect/<token>"
     return path
 
 

@@ -7,6 +7,7 @@ organizations = Table(
     Column("id", String(20), primary_key=True),
     Column("name", String(200), nullable=False),
     Column("website", String(500), nullable=True),
+    Column("phone", String(50), nullable=True),
     Column("currency_code", String(3), nullable=False, default="USD"),
     # Fee settings: a percentage of each reward (basis points) plus a flat fee per reward.
     Column("fee_basis_points", Integer, nullable=False, default=0),
@@ -23,6 +24,10 @@ organizations = Table(
     Column("approval_mode", String(10), nullable=False, server_default="off"),
     Column("approval_above_cents", BigInteger, nullable=True),
     Column("approval_api_allowed", Boolean, nullable=False, server_default=true()),
+    # The organization that created this one (POST /organizations, POST /connected_organizations);
+    # NULL for organizations the operator created. Sub-organizations share its environment.
+    Column("parent_organization_id", String(20), nullable=True),
+    Index("ix_organizations_parent", "parent_organization_id", "created_at"),
 )
 
 members = Table(

@@ -1,17 +1,25 @@
-"""Organizations, their members and keys: the operator's side (CLI) of the house."""
+"""Organizations, their members and keys.
+
+The operator's side (CLI) uses the connection-level functions inside its own transaction; the
+API and the dashboard call the engine-level member functions (create_member, update_member_role,
+remove_member), each one transaction that holds the rules: role IDs (orgs/roles.py), unique
+addresses, and an organization never loses its last administrator.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, Engine, bindparam, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from largesse import auth
+from largesse import auth, db
+from largesse.errors import BadRequest, NotFound, Unprocessable
 from largesse.funding import service as funding
 from largesse.ids import new_id
+from largesse.orgs import roles
 from largesse.orgs.models import api_keys, members, organizations
-from largesse.timeutil import utcnow
+from largesse.timeutil import iso, utcnow
 
 SANDBOX_CREDIT_CENTS = 500_000  # 5000 USD, as the interface specification gives
 
@@ -107,3 +115,129 @@ def revoke_key(conn: Connection, key_id: str) -> bool:
         api_keys.update().where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)).values(revoked_at=utcnow())
     )
     return result.rowcount == 1
+
+
+# --- members, as the API and the dashboard manage them (one transaction each) ----------------
+
+def get_member_or_404(conn: Connection, organization_id: str, member_id: str):
+    return db.owned_or_404(conn, members, organization_id, member_id, "Member")
+
+
+def check_email(email: str, loc: str = "email") -> str:
+    from largesse.orders.service import EMAIL
+
+    email = email.strip()
+    if not EMAIL.match(email):
+        raise BadRequest(f"{loc} is not a valid email address", {loc: ["is not a valid email address"]})
+    return email
+
+
+def add_member_checked(conn: Connection, *, organization_id: str, email: str, name: str | None, role: str,
+                       loc: str = "email") -> str:
+    """add_member in the caller's transaction with the client-facing rules: a known role (400),
+    a valid, new address (400 "has already been taken"), and a MEMBERS.CREATED event."""
+    from largesse.webhooks import service as webhooks
+
+    role = roles.check_role(role)
+    email = check_email(email, loc)
+    try:
+        member_id = add_member(conn, organization_id=organization_id, email=email, name=name, role=role)
+    except OrgError as exc:
+        raise BadRequest(str(exc), {loc: ["has already been taken"]}) from None
+    webhooks.emit(conn, organization_id, [("MEMBERS.CREATED", member_id)])
+    return member_id
+
+
+def create_member(engine: Engine, *, organization_id: str, email: str, name: str | None, role: str):
+    """Add a member with a role; returns its row."""
+    with db.write(engine) as conn:
+        member_id = add_member_checked(conn, organization_id=organization_id, email=email, name=name, role=role)
+        return get_member_or_404(conn, organization_id, member_id)
+
+
+def _lock_org(conn: Connection, organization_id: str) -> None:
+    """Serialize membership changes of one organization (PostgreSQL row lock; SQLite's write
+    transactions are serialized already), so two concurrent demotions cannot both see another
+    administrator and leave none."""
+    conn.execute(select(organizations.c.id).where(organizations.c.id == organization_id).with_for_update())
+
+
+def _refuse_last_admin(conn: Connection, organization_id: str, member, loc: str, doing: str) -> None:
+    if member.role != roles.ADMIN:
+        return
+    others = conn.execute(select(func.count()).select_from(members).where(
+        members.c.organization_id == organization_id, members.c.role == roles.ADMIN, members.c.id != member.id,
+    )).scalar_one()
+    if others == 0:
+        raise Unprocessable(f"Cannot {doing} the last administrator of the organization; make another member "
+                            "an administrator first", {loc: ["is the last administrator"]})
+
+
+def update_member_role(engine: Engine, *, organization_id: str, member_id: str, role: str):
+    """Change a member's role; 400 for an unknown role, 404 for another organization's member,
+    422 when it would demote the last administrator. Returns the updated row."""
+    role = roles.check_role(role)
+    with db.write(engine) as conn:
+        _lock_org(conn, organization_id)
+        member = get_member_or_404(conn, organization_id, member_id)
+        if role != roles.ADMIN:
+            _refuse_last_admin(conn, organization_id, member, "role", "demote")
+        conn.execute(update(members).where(members.c.id == member_id).values(role=role))
+        return get_member_or_404(conn, organization_id, member_id)
+
+
+def remove_member_in(conn: Connection, organization_id: str, member_id: str, *,
+                     keep_last_admin: bool = True) -> None:
+    """remove_member inside the caller's transaction. keep_last_admin=False is for a platform
+    removing a connected organization's member: the platform administers that membership."""
+    from largesse.webhooks import service as webhooks
+
+    _lock_org(conn, organization_id)
+    member = get_member_or_404(conn, organization_id, member_id)
+    if keep_last_admin:
+        _refuse_last_admin(conn, organization_id, member, "id", "delete")
+    conn.execute(delete(members).where(members.c.id == member_id))
+    webhooks.emit(conn, organization_id, [("MEMBERS.DELETED", member_id)])
+
+
+def remove_member(engine: Engine, *, organization_id: str, member_id: str) -> None:
+    """Delete a member; 404 for another organization's, 422 for the last administrator."""
+    with db.write(engine) as conn:
+        remove_member_in(conn, organization_id, member_id)
+
+
+# --- organizations as API callers see them ----------------------------------------------------
+
+def visible_orgs(conn: Connection, organization_id: str):
+    """The caller's organization first, then the sub-organizations it created (oldest first)."""
+    own = get_org(conn, organization_id)
+    children = conn.execute(
+        select(organizations).where(organizations.c.parent_organization_id == organization_id)
+        .order_by(organizations.c.created_at, organizations.c.id)
+    ).all()
+    return [own, *children]
+
+
+def visible_org_or_404(conn: Connection, caller_org: str, organization_id: str):
+    row = get_org(conn, organization_id)
+    if row is None or (row.id != caller_org and row.parent_organization_id != caller_org):
+        raise NotFound(f"Organization {organization_id} not found", {"id": ["not found"]})
+    return row
+
+
+# --- wire forms (API.md §3), shared by the organizations and connected organizations APIs ----
+
+def member_to_wire(row, *, events: bool = False) -> dict:
+    out = {"id": row.id, "email": row.email, "name": row.name, "active": bool(row.active), "role": row.role,
+           "status": row.status}
+    if events:
+        out["events"] = [{"type": "created", "date_utc": iso(row.created_at)}]
+    else:
+        out["created_at"] = iso(row.created_at)
+    return out
+
+
+def organization_to_wire(row) -> dict:
+    """API.md §3 Organization: created_at is a date; Largesse approves organizations at creation."""
+    return {"id": row.id, "name": row.name, "website": row.website or "", "currency_code": row.currency_code,
+            "status": "APPROVED", "created_at": row.created_at.date().isoformat()}

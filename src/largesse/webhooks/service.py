@@ -34,9 +34,14 @@ EVENTS = (
     "INVOICES.CREATED",
     "INVOICES.DELETED",
     "INVOICES.PAID",
+    "MEMBERS.CREATED",
+    "MEMBERS.DELETED",
+    "ORGANIZATIONS.CREATED",
+    "CONNECTED_ORGANIZATIONS.REGISTERED",
 )
 RESOURCE_TYPES = {"ORDERS": "orders", "REWARDS": "rewards", "FUNDING_SOURCES": "funding_sources",
-                  "INVOICES": "invoices"}
+                  "INVOICES": "invoices", "MEMBERS": "members", "ORGANIZATIONS": "organizations",
+                  "CONNECTED_ORGANIZATIONS": "connected_organizations"}
 SIGNATURE_HEADER = signatures.SIGNATURE_HEADER
 MAX_ATTEMPTS = 10
 

@@ -1,0 +1,221 @@
+"""Connected organizations through the official client, and the /connect sign-in page (httpx)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from sqlalchemy import update
+from tremendous import (
+    CreateConnectedOrganizationMemberRequest,
+    CreateConnectedOrganizationMemberSessionRequest,
+    CreateConnectedOrganizationRequest,
+    CreateConnectedOrganizationRequestKybPrefill,
+    CreateWebhookRequest,
+)
+from tremendous.exceptions import BadRequestException, NotFoundException, UnauthorizedException
+
+from largesse import auth, db
+from largesse.connected.models import connected_member_sessions
+from largesse.delivery.models import jobs
+from largesse.timeutil import utcnow
+from tests.conftest import Org
+from tests.factories import error
+
+RETURN_URL = "https://platform.example.com/back?tab=rewards"
+
+
+def _connected(api, client_id="cust-1", name="Customer One"):
+    request = CreateConnectedOrganizationRequest(
+        client_id=client_id, kyb_prefill=CreateConnectedOrganizationRequestKybPrefill(
+            company_name=name, website_url="https://customer.example.com"))
+    return api.create_connected_organization(request).connected_organization
+
+
+def _member(api, connected_id, email="alice@customer.example.com", name="Alice"):
+    return api.create_connected_organization_member(CreateConnectedOrganizationMemberRequest(
+        connected_organization_id=connected_id, external_name=name, external_email=email)).connected_organization_member
+
+
+def _session(api, member_id, state="xyz 1"):
+    return api.create_connected_organization_member_session(member_id, CreateConnectedOrganizationMemberSessionRequest(
+        return_url=RETURN_URL, state=state)).connected_organization_member_session
+
+
+def test_connected_organizations_lifecycle(org, api, other_org, engine):
+    api.create_webhook(CreateWebhookRequest(url="http://127.0.0.1:9/hook"))
+    first = _connected(api)
+    assert first.client_id == "cust-1" and first.organization.name == "Customer One"
+    assert first.organization.website == "https://customer.example.com" and first.organization.status == "APPROVED"
+    assert first.organization.currency_code == "USD"
+    second = _connected(api, "cust-2", "Customer Two")
+    with db.read(engine) as conn:
+        events = [j.payload["event"] for j in conn.execute(jobs.select().where(jobs.c.organization_id == org.id))]
+    assert events.count("CONNECTED_ORGANIZATIONS.REGISTERED") == 2
+
+    page = api.list_connected_organizations(limit=1)
+    assert page.total_count == 2 and [c.id for c in page.connected_organizations] == [second.id]
+    assert [c.id for c in api.list_connected_organizations(offset=1).connected_organizations] == [first.id]
+    assert api.get_connected_organization(first.id).connected_organization.client_id == "cust-1"
+    # The connected organization is a real sub-organization of the platform, in the sandbox preloaded.
+    assert first.organization.id in [o.id for o in api.list_organizations().organizations]
+    with pytest.raises(NotFoundException):
+        other_org.api().get_connected_organization(first.id)
+    with pytest.raises(BadRequestException) as raised:
+        _connected(api, "cust-1")
+    assert raised.value.data.errors.payload == {"client_id": ["has already been taken"]}
+    with pytest.raises(BadRequestException):
+        api.create_connected_organization(CreateConnectedOrganizationRequest(client_id="c3", currency_code="JPY"))
+
+    deleted = api.delete_connected_organization(first.id).connected_organization
+    assert deleted.id == first.id
+    with pytest.raises(NotFoundException):
+        api.get_connected_organization(first.id)
+    with pytest.raises(NotFoundException):
+        api.delete_connected_organization(first.id)
+    assert api.list_connected_organizations().total_count == 1
+    assert _connected(api, "cust-1").id != first.id  # a deleted connection frees its client_id
+
+
+def test_connected_members_and_sessions(org, api, other_org):
+    connected = _connected(api)
+    alice = _member(api, connected.id)
+    assert alice.connected_organization_id == connected.id and alice.external_email == "alice@customer.example.com"
+    assert alice.member.email == "alice@customer.example.com" and alice.member.role == "ADMIN"
+    bob = api.create_connected_organization_member(CreateConnectedOrganizationMemberRequest(
+        connected_organization_id=connected.id, external_name="Bob", role="MEMBER")).connected_organization_member
+    assert bob.external_email is None and bob.member.role == "MEMBER"
+
+    listed = api.list_connected_organization_members(connected.id, limit=1)
+    assert listed.total_count == 2 and [m.id for m in listed.connected_organization_members] == [bob.id]
+    assert api.get_connected_organization_member(alice.id).connected_organization_member.external_name == "Alice"
+    with pytest.raises(NotFoundException):
+        other_org.api().get_connected_organization_member(alice.id)
+    with pytest.raises(NotFoundException):
+        _member(other_org.api(), connected.id, "eve@example.com")
+    with pytest.raises(BadRequestException):
+        _member(api, connected.id, "alice@customer.example.com")  # already a member
+
+    session = _session(api, alice.id)
+    assert session.connected_organization_member_id == alice.id and session.return_url == RETURN_URL
+    assert session.state == "xyz 1" and session.url.startswith(f"{org.base_url}/connect/")
+    assert timedelta(minutes=9) < session.expires_at - session.created_at <= timedelta(minutes=10)
+    with pytest.raises(BadRequestException) as raised:
+        api.create_connected_organization_member_session(alice.id, CreateConnectedOrganizationMemberSessionRequest(
+            return_url="javascript:alert(1)"))
+    assert raised.value.data.errors.payload == {"return_url": ["must be an absolute http(s) URL"]}
+
+    assert api.delete_connected_organization_member(bob.id).connected_organization_member.id == bob.id
+    with pytest.raises(NotFoundException):
+        api.get_connected_organization_member(bob.id)
+    assert api.list_connected_organization_members(connected.id).total_count == 1
+    with org.http() as http:
+        assert "connected_organization_id" in error(http.get("/connected_organization_members"), 400)["payload"]
+
+
+def _confirm(client: httpx.Client, url: str) -> tuple[str, str]:
+    """GET the sign-in page as a browser: (form action, csrf token)."""
+    page = client.get(url)
+    assert page.status_code == 200, page.text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    action = re.search(r'<form method="post" action="([^"]+)"', page.text).group(1)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+    return action, token
+
+
+def test_connect_page_get_does_not_spend_post_spends_once(org, api, engine):
+    connected = _connected(api, name="Customer <One>")
+    session = _session(api, _member(api, connected.id).id)
+    with httpx.Client(base_url=org.base_url) as browser:
+        for _ in range(2):  # a mail scanner and the person: GET spends nothing
+            page = browser.get(session.url)
+            assert "You are about to sign in to Customer &lt;One&gt;" in page.text
+        action, csrf = _confirm(browser, session.url)
+        assert browser.post(action, data={}).status_code == 403  # no CSRF token: not signed in
+        signed_in = browser.post(action, data={"csrf_token": csrf})
+        assert signed_in.status_code == 200, signed_in.text
+        assert "Customer &lt;One&gt;" in signed_in.text and "$5,000.00" in signed_in.text
+        back = re.search(r'<a class="button" href="([^"]+)">Return to platform.example.com</a>', signed_in.text)
+        link = urlsplit(back.group(1).replace("&amp;", "&"))
+        assert (link.scheme, link.netloc, link.path) == ("https", "platform.example.com", "/back")
+        assert parse_qs(link.query) == {"tab": ["rewards"], "state": ["xyz 1"]}
+
+        again = browser.post(action, data={"csrf_token": csrf})
+        assert again.status_code == 410 and "already been used" in again.text
+        assert browser.get(session.url).status_code == 410
+        assert browser.get("/connect/not-a-real-token").status_code == 404
+        assert browser.get("/connect/a/b").headers["content-type"].startswith("text/html")
+
+
+def test_connect_concurrent_posts_one_wins_and_expired_refused(org, api, engine):
+    connected = _connected(api)
+    member = _member(api, connected.id)
+    session = _session(api, member.id)
+    with httpx.Client(base_url=org.base_url) as browser:
+        action, csrf = _confirm(browser, session.url)
+        cookies = dict(browser.cookies)
+    statuses = []
+
+    def spend():
+        with httpx.Client(base_url=org.base_url, cookies=cookies) as client:
+            statuses.append(client.post(action, data={"csrf_token": csrf}).status_code)
+
+    threads = [threading.Thread(target=spend) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [200, 410, 410, 410]
+
+    expired = _session(api, member.id)
+    with httpx.Client(base_url=org.base_url) as browser:
+        action, csrf = _confirm(browser, expired.url)
+        with db.write(engine) as conn:
+            conn.execute(update(connected_member_sessions)
+                         .where(connected_member_sessions.c.connected_organization_member_id == member.id,
+                                connected_member_sessions.c.spent_at.is_(None))
+                         .values(expires_at=utcnow() - timedelta(seconds=1)))
+        refused = browser.post(action, data={"csrf_token": csrf})
+        assert refused.status_code == 410 and "expired" in refused.text
+        assert browser.get(expired.url).status_code == 410
+
+
+def test_deleting_the_connection_ends_links_and_keys(org, api, engine):
+    connected = _connected(api)
+    member = _member(api, connected.id)
+    session = _session(api, member.id)
+    with db.write(engine) as conn:  # a key of the connected organization, as the operator would issue
+        _, key = auth.issue_key(conn, organization_id=connected.organization.id)
+    customer = Org(connected.organization.id, key, "", "", org.base_url).api()
+    assert customer.list_members().members[0].email == "alice@customer.example.com"
+    api.delete_connected_organization(connected.id)
+    with httpx.Client(base_url=org.base_url) as browser:
+        assert browser.get(session.url).status_code == 404
+    with pytest.raises(NotFoundException):
+        _session(api, member.id)
+    with pytest.raises(UnauthorizedException):
+        customer.list_members()
+    # The organization and its money stay.
+    assert connected.organization.id in [o.id for o in api.list_organizations().organizations]
+
+
+def test_concurrent_creates_with_one_client_id(org, api):
+    statuses = []
+
+    def create():
+        with org.http() as http:
+            statuses.append(http.post("/connected_organizations", json={"client_id": "race"}).status_code)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [200, 400, 400, 400]
+    assert api.list_connected_organizations().total_count == 1
+    # The losers' sub-organizations (and their sandbox credit) rolled back with them.
+    assert len(api.list_organizations().organizations) == 2

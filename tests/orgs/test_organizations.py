@@ -1,0 +1,132 @@
+"""Organizations and API keys through the official client: sub-organizations (environment,
+preload, copy_settings, with_api_key), visibility, create_api_key."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from tremendous import CreateApiKeyRequest, CreateOrganizationRequest, CreateOrganizationRequestCopySettings
+from tremendous.exceptions import BadRequestException, ForbiddenException, NotFoundException
+
+from largesse import db
+from largesse.funding import service as funding
+from largesse.orgs.models import organizations
+from tests.conftest import Org
+from tests.factories import available_cents, error, make_campaign, make_field, ok
+from tests.test_environments import production_org
+
+
+def _sub_org(api, name="Sub Co", *, with_api_key=True, currency_code=None, **copy):
+    request = CreateOrganizationRequest(
+        name=name, website="https://sub.example.com", with_api_key=with_api_key, currency_code=currency_code,
+        copy_settings=CreateOrganizationRequestCopySettings(**copy) if copy else None)
+    return api.create_organization(request).organization
+
+
+def test_sandbox_sub_organization_gets_preload_key_and_is_listed(org, api, other_org, cli):
+    created = _sub_org(api, "Sandbox Child")
+    assert created.id and created.name == "Sandbox Child" and created.website == "https://sub.example.com"
+    assert created.api_key.startswith("LRG_SANDBOX_") and created.currency_code == "USD"
+    assert len(created.created_at.isoformat()) == 10  # a date (API.md §3)
+
+    child = Org(created.id, created.api_key, "", "", org.base_url)
+    with child.http() as http:
+        assert available_cents(http) == 500_000  # the sandbox preload, through the ledger
+        assert http.get("/organizations").json()["organizations"][0]["id"] == created.id
+    assert [o.id for o in api.list_organizations().organizations] == [org.id, created.id]
+    fetched = api.get_organization(created.id).organization
+    assert (fetched.name, fetched.status, fetched.currency_code) == ("Sandbox Child", "APPROVED", "USD")
+    # Neither the child nor another organization sees the parent or each other's children.
+    with pytest.raises(NotFoundException):
+        child.api().get_organization(org.id)
+    with pytest.raises(NotFoundException):
+        other_org.api().get_organization(created.id)
+
+    listed = json.loads(cli("org", "list", "--json").stdout)["organizations"]
+    assert {"id": created.id, "parent_organization_id": org.id} in [
+        {"id": o["id"], "parent_organization_id": o["parent_organization_id"]} for o in listed]
+    assert f"sub-organization of {org.id}" in cli("org", "list").stdout
+    cli("ledger", "verify")
+
+
+def test_production_sub_organization_starts_at_zero(engine, make_server):
+    production = make_server(environment="production")
+    parent = production_org(engine, production.url)
+    created = _sub_org(parent.api(), "Prod Child")
+    assert created.api_key.startswith("LRG_PROD_")
+    child = Org(created.id, created.api_key, "", "", production.url)
+    with child.http() as http:
+        assert available_cents(http) == 0
+    with db.read(engine) as conn:
+        row = conn.execute(organizations.select().where(organizations.c.id == created.id)).first()
+        assert (row.environment, row.parent_organization_id) == ("production", parent.id)
+    # The operator funds it like any organization.
+    funding.fund(engine, organization_id=created.id, amount_cents=1234, memo="operator", reference=None)
+    with child.http() as http:
+        assert available_cents(http) == 1234
+
+
+def test_copy_settings_copies_campaigns_fields_and_users(org, api, http, engine):
+    campaign = make_campaign(http, name="Holiday")
+    field = make_field(http, name="dept")
+    ok(http.post("/members", json={"email": "helper@example.com", "role": "MEMBER"}))
+    with db.write(engine) as conn:
+        conn.execute(organizations.update().where(organizations.c.id == org.id).values(fee_basis_points=250))
+
+    plain = _sub_org(api, "Plain", campaigns=False)
+    copied = _sub_org(api, "Copied", campaigns=True, custom_fields=True, users=True)
+    with Org(plain.id, plain.api_key, "", "", org.base_url).http() as child:
+        assert ok(child.get("/campaigns"))["campaigns"] == []
+        assert ok(child.get("/members"))["members"] == []
+    with Org(copied.id, copied.api_key, "", "", org.base_url).http() as child:
+        campaigns = ok(child.get("/campaigns"))["campaigns"]
+        assert [c["name"] for c in campaigns] == ["Holiday"] and campaigns[0]["id"] != campaign["id"]
+        assert campaigns[0]["products"] == campaign["products"]
+        assert [f["label"] for f in ok(child.get("/fields"))["fields"]] == [field["label"]]
+        members = {m["email"]: m["role"] for m in ok(child.get("/members"))["members"]}
+        assert members == {org.member_email: "ADMIN", "helper@example.com": "MEMBER"}
+    with db.read(engine) as conn:
+        fees = dict(conn.execute(organizations.select().with_only_columns(
+            organizations.c.id, organizations.c.fee_basis_points)
+            .where(organizations.c.id.in_([plain.id, copied.id]))).all())
+    assert fees == {plain.id: 250, copied.id: 250}  # operator terms are always inherited
+
+
+def test_create_organization_without_key_and_validation(org, api, http):
+    created = _sub_org(api, "No Key", with_api_key=False, currency_code="EUR")
+    assert created.api_key is None and created.currency_code == "EUR"
+    for body, key in (({"website": "https://x.example", "with_api_key": True}, "name"),
+                      ({"name": "X", "website": "javascript:alert(1)", "with_api_key": True}, "website"),
+                      ({"name": "X", "website": "https://x.example", "with_api_key": "yes"}, "with_api_key"),
+                      ({"name": "X", "website": "https://x.example", "with_api_key": True, "currency_code": "E1R"},
+                       "currency_code")):
+        assert key in error(http.post("/organizations", json=body), 400)["payload"]
+    with pytest.raises(BadRequestException) as raised:
+        api.create_organization(CreateOrganizationRequest(name="X", website="not a site", with_api_key=False))
+    assert raised.value.data.errors.payload == {"website": ["is not a valid URL"]}
+    assert [o.name for o in api.list_organizations().organizations] == ["Acme", "No Key"]
+
+
+def test_create_api_key_read_write_read_only_and_empty_body(org, api):
+    fresh = api.create_api_key().api_key  # no body: the client sends an empty JSON body
+    assert fresh.startswith("LRG_SANDBOX_")
+    with Org(org.id, fresh, "", "", org.base_url).http() as http:
+        ok(http.post("/campaigns", json={"name": "by new key", "products": ["PGCNWBOOKS01US"]}))
+    read_only = api.create_api_key(CreateApiKeyRequest(permission="read_only")).api_key
+    reader = Org(org.id, read_only, "", "", org.base_url)
+    assert [o.id for o in reader.api().list_organizations().organizations] == [org.id]
+    with pytest.raises(ForbiddenException):
+        reader.api().create_api_key()
+    with pytest.raises(ForbiddenException):
+        reader.api().create_organization(CreateOrganizationRequest(name="X", website="x.example",
+                                                                   with_api_key=True))
+    explicit = api.create_api_key(CreateApiKeyRequest(permission="read_write")).api_key
+    assert len({fresh, read_only, explicit}) == 3
+    with httpx.Client(base_url=f"{org.base_url}/api/v2", headers={"Authorization": f"Bearer {org.api_key}"}) as h:
+        raw = h.post("/organizations/create_api_key", content=b"", headers={"Content-Type": "application/json"})
+        assert ok(raw)["api_key"].startswith("LRG_SANDBOX_")
+        assert "permission" in error(h.post("/organizations/create_api_key", json={"permission": "admin"}),
+                                     400)["payload"]
+    assert [o.name for o in api.list_organizations().organizations] == ["Acme"]
