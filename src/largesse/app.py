@@ -210,6 +210,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.catalog.endpoints import router as products_router
     from largesse.delivery.endpoints import router as delivery_router
     from largesse.fields.endpoints import router as fields_router
+    from largesse.fraud.endpoints import router as fraud_router
     from largesse.funding.endpoints import router as funding_router
     from largesse.funding.transactions import router as transactions_router
     from largesse.orders.endpoints import router as orders_router
@@ -217,12 +218,17 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.redemption.endpoints import TOKEN_PATH as REDEEM_TOKEN_PATH
     from largesse.redemption.endpoints import not_found_page as redemption_not_found
     from largesse.redemption.endpoints import router as redemption_router
+    from largesse.reports.endpoints import download_router as report_download_router
+    from largesse.reports.endpoints import router as reports_router
     from largesse.webhooks.endpoints import router as webhooks_router
 
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
                    transactions_router, orgs_router, webhooks_router):
         app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(delivery_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    app.include_router(reports_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    app.include_router(fraud_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    app.include_router(report_download_router)  # /reports/download/{token}: the CSV link, outside the API
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
     paths.serve_html_404(app, "/redeem/", redemption_not_found, valid=REDEEM_TOKEN_PATH)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

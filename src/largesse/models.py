@@ -5,11 +5,13 @@ from largesse.catalog.models import products
 from largesse.db import metadata
 from largesse.delivery.models import jobs
 from largesse.fields.models import fields
+from largesse.fraud.models import fraud_reviews, fraud_rules, redemption_signals
 from largesse.funding.models import funding_sources, ledger_entries
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orgs.models import api_keys, members, organizations
 from largesse.ratelimit import api_rate_limits
 from largesse.redemption.models import inventory_codes, payouts, redemption_tokens
+from largesse.reports.models import report_chunks, reports
 from largesse.webhooks.models import webhooks
 
 __all__ = [
@@ -17,4 +19,5 @@ __all__ = [
     "ledger_entries",
     "members", "metadata", "orders", "organizations", "payouts", "products", "redemption_tokens",
     "reward_field_values", "rewards", "webhooks",
+    "fraud_reviews", "fraud_rules", "redemption_signals", "report_chunks", "reports",
 ]
