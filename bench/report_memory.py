@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         url, org = seeded_database(count, args.url)
         result = measure(url, org)
         print(f"{result['rows']:>8} rewards  {result['bytes'] / 1e6:7.1f} MB CSV  {result['seconds']:6.1f} s  "
-              f"peak traced {result['peak_bytes'] / 2**20:5.1f} MiB  RSS growth {result['rss_growth_kib'] / 1024:5.1f} MiB")
+              f"peak traced {result['peak_bytes'] / 2**20:5.1f} MiB  "
+              f"RSS growth {result['rss_growth_kib'] / 1024:5.1f} MiB")
 
 
 if __name__ == "__main__":

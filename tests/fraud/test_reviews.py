@@ -202,3 +202,17 @@ def test_released_reward_without_rules_is_paid_as_before(org, api, engine):
     assert "TEST-" in redeem(link)
     assert payout_count(engine, reward_id) == 1
     assert api.list_fraud_reviews().total_count == 0
+
+
+def test_second_tab_posting_after_the_hold_sees_the_review_page(org, api, engine):
+    from tests.redemption.conftest import csrf_of, page_client
+
+    ip = fake_ip()
+    review_ip(api, ip)
+    reward_id, link = link_reward(org)
+    with page_client(ip) as first, page_client(ip) as second:
+        forms = [(client, csrf_of(client.get(link).text)) for client in (first, second)]
+        assert forms[0][0].post(link, data={"csrf_token": forms[0][1], "product_id": GIFT_CARD}).status_code == 303
+        late = forms[1][0].post(link, data={"csrf_token": forms[1][1], "product_id": GIFT_CARD})
+    assert late.status_code == 200 and "under review" in late.text
+    assert payout_count(engine, reward_id) == 0 and api.list_fraud_reviews().total_count == 1

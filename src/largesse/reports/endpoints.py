@@ -17,7 +17,7 @@ from largesse.reports import service
 from largesse.reports.models import report_chunks
 from largesse.schemas import Out
 from largesse.timeutil import utcnow
-from largesse.web import EngineDep, SettingsDep, json_response, run_db, write_db
+from largesse.web import EngineDep, json_response, run_db, write_db
 
 router = APIRouter(tags=["reports"])
 download_router = APIRouter(include_in_schema=False)
@@ -73,8 +73,7 @@ async def create_report(request: Request, caller: CallerDep, engine: EngineDep):
 
 
 @router.get("/reports/{report_id}", response_model=ReportEnvelope, responses={202: {"model": ReportEnvelope}})
-async def get_report(report_id: str, request: Request, caller: CallerDep, engine: EngineDep,
-                     settings: SettingsDep):
+async def get_report(report_id: str, request: Request, caller: CallerDep, engine: EngineDep):
     """202 while CREATED or PROCESSING; 200 with `url` (valid 7 days) once READY_FOR_DOWNLOAD, or FAILED."""
     link = _linker(request, await _key(request))
 
