@@ -216,3 +216,16 @@ def test_second_tab_posting_after_the_hold_sees_the_review_page(org, api, engine
         late = forms[1][0].post(link, data={"csrf_token": forms[1][1], "product_id": GIFT_CARD})
     assert late.status_code == 200 and "under review" in late.text
     assert payout_count(engine, reward_id) == 0 and api.list_fraud_reviews().total_count == 1
+
+
+def test_count_limit_also_counts_one_address_with_several_emails(org, api, http, engine):
+    assert http.post("/fraud_rules/review_redeemed_rewards_count",
+                     json={"config": {"amount": 1, "period": "7"}}).status_code == 200
+    ip = fake_ip()
+    first, link = link_reward(org, email=tagged(org.member_email, "one"))
+    assert "TEST-" in redeem(link, ip=ip)
+    second, link = link_reward(org, email=tagged(org.member_email, "two"))
+    assert "under review" in redeem(link, ip=ip)
+    review = api.get_fraud_review(second).fraud_review
+    assert review.reasons == ["Over reward count limit"] and first in review.related_rewards.ids
+    assert payout_count(engine, second) == 0

@@ -184,20 +184,26 @@ def _since(period: str, at: datetime) -> datetime | None:
     return None if period == "all_time" else at - timedelta(days=int(period))
 
 
-def _redeemed_by(conn: Connection, org: str, email: str | None, since: datetime | None, currency: str | None = None):
-    """(count, sum of denominations) of this recipient's REDEEMED rewards in the organization."""
-    if not email:
-        return 0, 0
+def _redeemed_by(conn: Connection, org: str, column, value, since: datetime | None, currency: str | None = None):
+    """(count, sum of denominations) of the organization's REDEEMED rewards whose redemption
+    had this email, device or address (column = value)."""
     s, r = redemption_signals, rewards
     query = (select(func.count(), func.coalesce(func.sum(r.c.denomination_cents), 0))
              .select_from(s.join(r, r.c.id == s.c.reward_id))
-             .where(s.c.organization_id == org, s.c.email == email, r.c.status == "REDEEMED"))
+             .where(s.c.organization_id == org, column == value, r.c.status == "REDEEMED"))
     if since is not None:
         query = query.where(r.c.redeemed_at >= since)
     if currency is not None:
         query = query.where(r.c.currency_code == currency)
     count, total = conn.execute(query).one()
     return int(count), int(total)
+
+
+def _most_redeemed(conn: Connection, org: str, identities: list, since, currency: str | None = None):
+    """The largest (count, total) over the recipient's email, device and address: the rule
+    holds "if a recipient, device, or IP redeems more than" its limit."""
+    results = [_redeemed_by(conn, org, column, value, since, currency) for column, value in identities if value]
+    return (max(c for c, _ in results), max(t for _, t in results)) if results else (0, 0)
 
 
 def _reasons(conn: Connection, configured: dict, *, reward, address, ip, email, device, country, at) -> list[str]:
@@ -218,19 +224,20 @@ def _reasons(conn: Connection, configured: dict, *, reward, address, ip, email, 
         # A whitelist holds an address whose country is unknown: it cannot be shown to be allowed.
         if (config.get("type") == "whitelist" and not listed) or (config.get("type") == "blacklist" and listed):
             reasons.append("Disallowed country")
+    s = redemption_signals
+    identities = [(s.c.email, email), (s.c.device_id, device), (s.c.ip, ip)]
     if R.REVIEW_COUNT in configured:
         config = configured[R.REVIEW_COUNT]
-        count, _ = _redeemed_by(conn, org, email, _since(config["period"], at))
+        count, _ = _most_redeemed(conn, org, identities, _since(config["period"], at))
         if count + 1 > config["amount"]:
             reasons.append("Over reward count limit")
     if R.REVIEW_AMOUNT in configured:
         config = configured[R.REVIEW_AMOUNT]
         currency = conn.execute(select(organizations.c.currency_code).where(organizations.c.id == org)).scalar()
         if reward.currency_code == currency:
-            _, total = _redeemed_by(conn, org, email, _since(config["period"], at), currency)
+            _, total = _most_redeemed(conn, org, identities, _since(config["period"], at), currency)
             if total + reward.denomination_cents > config["amount_cents"]:
                 reasons.append("Over reward amount limit")
-    s = redemption_signals
     others = and_(s.c.organization_id == org, s.c.reward_id != reward.id)
     if R.REVIEW_MULTIPLE_EMAILS in configured:
         other_email = or_(s.c.email.is_(None), s.c.email != (email or ""))
