@@ -66,8 +66,8 @@ async def list_fraud_rules(caller: CallerDep, engine: EngineDep):
 @router.post("/fraud_rules/{rule_type}", response_model=MessageOut, openapi_extra=RULE_BODY)
 async def fraud_rule(rule_type: str, request: Request, caller: CallerDep, engine: EngineDep):
     """Create or replace the rule of this type (body `{"config": {...}}`, §2.10)."""
-    body = read_object(await request.body())
-    message = await write_db(engine, service.upsert_rule, caller.organization_id, rule_type, body)
+    rule_type, config = service.validated(rule_type, read_object(await request.body()))
+    message = await write_db(engine, service.upsert_rule, caller.organization_id, rule_type, config)
     return json_response({"message": message})
 
 

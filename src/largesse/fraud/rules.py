@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from decimal import Decimal
 from typing import Any
 
@@ -71,15 +72,28 @@ def _list(config: dict, key: str, *, required: bool, where: tuple) -> list | Non
     return value
 
 
+def pack_address(text: str) -> bytes | None:
+    """The 4 or 16 bytes of a plain IPv4/IPv6 address, or None. inet_pton is an order of
+    magnitude faster than ipaddress, which matters for lists of 50,000 addresses."""
+    try:
+        return socket.inet_pton(socket.AF_INET6 if ":" in text else socket.AF_INET, text)
+    except (OSError, ValueError):
+        return None
+
+
 def clean_ips(values: list[str], where: tuple) -> list[str]:
     out = []
     for i, raw in enumerate(values):
         text = raw.strip()
         try:
-            network = ipaddress.ip_network(text, strict=False)
+            if "/" in text:
+                out.append(str(ipaddress.ip_network(text, strict=False)))
+            else:
+                packed = pack_address(text)
+                out.append(socket.inet_ntop(socket.AF_INET6 if len(packed) == 16 else socket.AF_INET, packed)
+                           if packed else str(ipaddress.ip_address(text)))
         except ValueError:
             raise problem((*where, i), "is not an IPv4 or IPv6 address or CIDR range") from None
-        out.append(str(network) if "/" in text else str(network.network_address))
     return list(dict.fromkeys(out))
 
 

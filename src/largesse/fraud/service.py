@@ -88,9 +88,14 @@ def _rule_type_or_404(rule_type: str) -> str:
     return canonical
 
 
-def upsert_rule(conn: Connection, org: str, rule_type: str, body: dict) -> str:
+def validated(rule_type: str, body: dict) -> tuple[str, dict]:
+    """(canonical rule type, stored config): run before the write transaction, since a
+    50,000-entry list takes a moment to check."""
     rule_type = _rule_type_or_404(rule_type)
-    config = R.validate(rule_type, body.get("config"))
+    return rule_type, R.validate(rule_type, body.get("config"))
+
+
+def upsert_rule(conn: Connection, org: str, rule_type: str, config: dict) -> str:
     now = utcnow()
     insert = db.upsert_insert(conn)
     conn.execute(insert(fraud_rules).values(organization_id=org, rule_type=rule_type, config=config,
@@ -141,10 +146,14 @@ def evaluate(conn: Connection, *, reward, product, client: Client | None, at: da
     conn.execute(insert(redemption_signals).values(
         reward_id=reward.id, organization_id=org, email=email, ip=ip, country=country, device_id=device,
         created_at=at).on_conflict_do_nothing(index_elements=["reward_id"]))
-    configured = dict(conn.execute(select(fraud_rules.c.rule_type, fraud_rules.c.config)
-                                   .where(fraud_rules.c.organization_id == org)).all())
-    if not configured:
+    rows = conn.execute(select(fraud_rules.c.rule_type, fraud_rules.c.config, fraud_rules.c.updated_at)
+                        .where(fraud_rules.c.organization_id == org)).all()
+    if not rows:
         return []
+    configured = {row.rule_type: row.config for row in rows}
+    for row in rows:
+        if row.rule_type in (R.REVIEW_IP, R.ALLOW_IP):
+            configured[row.rule_type] = _address_list(org, row.rule_type, row.updated_at, row.config.get("ips") or [])
     reasons = _reasons(conn, configured, reward=reward, address=address, ip=ip, email=email, device=device,
                        country=country, at=at)
     if not reasons:
@@ -159,16 +168,40 @@ def evaluate(conn: Connection, *, reward, product, client: Client | None, at: da
     return reasons
 
 
-def _in_networks(address, entries: list[str]) -> bool:
-    if address is None:
-        return False
-    for entry in entries:
-        try:
-            if address in ipaddress.ip_network(entry, strict=False):
-                return True
-        except (ValueError, TypeError):
-            continue
-    return False
+class _AddressList:
+    """A stored list of addresses and CIDR ranges, parsed once: single addresses in a set
+    (packed bytes: one lookup), ranges in a list. Parsed lists are cached per process until
+    the rule changes (its updated_at), so a redemption does not parse 50,000 entries."""
+
+    def __init__(self, entries: list[str]):
+        self.addresses, self.networks = set(), []
+        for entry in entries:
+            try:
+                packed = None if "/" in entry else R.pack_address(entry)
+                if packed is not None:
+                    self.addresses.add(packed)
+                else:
+                    self.networks.append(ipaddress.ip_network(entry, strict=False))
+            except (ValueError, TypeError):
+                continue
+
+    def __contains__(self, address) -> bool:
+        return address is not None and (address.packed in self.addresses
+                                        or any(address in n for n in self.networks))
+
+
+_PARSED: dict[tuple, _AddressList] = {}
+_PARSED_MAX = 256
+
+
+def _address_list(org: str, rule_type: str, updated_at, entries: list[str]) -> _AddressList:
+    key = (org, rule_type, updated_at)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()  # a crude bound: rebuilding costs one parse per rule
+        parsed = _PARSED[key] = _AddressList(entries)
+    return parsed
 
 
 def _email_listed(email: str | None, config: dict) -> bool:
@@ -209,12 +242,12 @@ def _most_redeemed(conn: Connection, org: str, identities: list, since, currency
 def _reasons(conn: Connection, configured: dict, *, reward, address, ip, email, device, country, at) -> list[str]:
     org = reward.organization_id
     # Allow lists first: an allowed address or email is never held (docs/fraud.md).
-    if R.ALLOW_IP in configured and _in_networks(address, configured[R.ALLOW_IP].get("ips") or []):
+    if R.ALLOW_IP in configured and address in configured[R.ALLOW_IP]:
         return []
     if R.ALLOW_EMAIL in configured and email and email in set(configured[R.ALLOW_EMAIL].get("emails") or ()):
         return []
     reasons: list[str] = []
-    if R.REVIEW_IP in configured and _in_networks(address, configured[R.REVIEW_IP].get("ips") or []):
+    if R.REVIEW_IP in configured and address in configured[R.REVIEW_IP]:
         reasons.append("Disallowed IP")
     if R.REVIEW_EMAIL in configured and _email_listed(email, configured[R.REVIEW_EMAIL]):
         reasons.append("Disallowed email")
