@@ -183,3 +183,18 @@ def test_last_failed_attempt_marks_the_report_failed(org, api, engine, work, web
         job = conn.execute(select(jobs).where(jobs.c.kind == "generate_report", jobs.c.organization_id == org.id)
                            ).first()
     assert job.status == "done"
+
+
+def test_read_only_key_reads_reports_but_cannot_create_one(org, api, engine):
+    from tremendous import ApiClient, Configuration, TremendousApi
+    from tremendous.exceptions import ForbiddenException
+
+    from largesse import auth
+
+    report_id = api.create_report(request()).report.id
+    with db.write(engine) as conn:
+        _, key = auth.issue_key(conn, organization_id=org.id, permission="read_only")
+    reader = TremendousApi(ApiClient(Configuration(host=f"{org.base_url}/api/v2", access_token=key)))
+    assert reader.get_report(report_id).report.id == report_id
+    with pytest.raises(ForbiddenException):
+        reader.create_report(request())

@@ -195,7 +195,9 @@ _PARSED_MAX = 256
 
 
 def _address_list(org: str, rule_type: str, updated_at, entries: list[str]) -> _AddressList:
-    key = (org, rule_type, updated_at)
+    # updated_at has millisecond precision: the size and ends tell apart two versions written
+    # by different processes within the same millisecond.
+    key = (org, rule_type, updated_at, len(entries), entries[0] if entries else None, entries[-1] if entries else None)
     parsed = _PARSED.get(key)
     if parsed is None:
         if len(_PARSED) >= _PARSED_MAX:
