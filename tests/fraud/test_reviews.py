@@ -229,3 +229,15 @@ def test_count_limit_also_counts_one_address_with_several_emails(org, api, http,
     review = api.get_fraud_review(second).fraud_review
     assert review.reasons == ["Over reward count limit"] and first in review.related_rewards.ids
     assert payout_count(engine, second) == 0
+
+
+def test_a_list_of_50000_addresses(org, api, http, engine):
+    ips = [f"198.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}" for i in range(50_000)]
+    assert http.post("/fraud_rules/review_ip", json={"config": {"ips": ips}}).status_code == 200
+    assert len(api.list_fraud_rules().fraud_rules[0].config["ips"]) == 50_000
+    held, link = link_reward(org)
+    redeem(link, ip=ips[-1])
+    paid, other = link_reward(org)
+    assert "TEST-" in redeem(other, ip="198.200.0.1")
+    assert api.get_fraud_review(held).fraud_review.reasons == ["Disallowed IP"]
+    assert payout_count(engine, paid) == 1
