@@ -81,12 +81,13 @@ def validate(conn: Connection, org: str, body: dict) -> tuple[str, str, dict]:
     report_type, fmt = body.get("report_type"), body.get("format")
     if report_type is None:
         raise problem(("report_type",), "is required")
-    if report_type != "digital_rewards":
+    if not isinstance(report_type, str) or report_type.lower() != "digital_rewards":
         raise problem(("report_type",), "must be digital_rewards")
     if fmt is None:
         raise problem(("format",), "is required")
-    if fmt != "csv":
+    if not isinstance(fmt, str) or fmt.lower() != "csv":
         raise problem(("format",), "must be csv")
+    report_type, fmt = report_type.lower(), fmt.lower()
     given = _object(_object(body.get("filters"), ("filters",)).get("digital_rewards"),
                     ("filters", "digital_rewards"))
     where = ("filters", "digital_rewards")
