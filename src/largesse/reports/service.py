@@ -18,9 +18,8 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, func, select
 
-from largesse import db
 from largesse.campaigns.models import campaigns
 from largesse.delivery import jobs as job_queue
 from largesse.errors import NotFound, TooManyRequests
@@ -192,8 +191,3 @@ def find_download(conn: Connection, token: str, now: datetime):
         return None, "expired"
     return row, None
 
-
-def in_progress(engine: Engine, org: str) -> int:
-    with db.read(engine) as conn:
-        return conn.execute(select(func.count()).select_from(reports).where(
-            reports.c.organization_id == org, reports.c.status.in_(IN_PROGRESS))).scalar_one()
