@@ -15,6 +15,7 @@ UPDATE of the reward, which also excludes a concurrent cancel or expiry.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -138,7 +139,8 @@ def evaluate(conn: Connection, *, reward, product, client: Client | None, at: da
     client = client or Client()
     address = _address(client.ip)
     ip = str(address) if address else None
-    device = client.device_id or None
+    # Only a digest of the device cookie is stored and shown: the cookie itself stays in the browser.
+    device = hashlib.sha256(client.device_id.encode()).hexdigest()[:32] if client.device_id else None
     email = (reward.recipient_email or "").strip().lower() or None
     country = country_of(ip)
     org = reward.organization_id
