@@ -226,6 +226,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.delivery.endpoints import router as delivery_router
     from largesse.fields.endpoints import router as fields_router
     from largesse.forex.endpoints import router as forex_router
+    from largesse.fraud.endpoints import router as fraud_router
     from largesse.funding.endpoints import router as funding_router
     from largesse.funding.transactions import router as transactions_router
     from largesse.orders.approval_endpoints import router as approvals_router
@@ -236,6 +237,8 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.redemption.endpoints import not_found_page as redemption_not_found
     from largesse.redemption.endpoints import router as redemption_router
     from largesse.topups.endpoints import router as topups_router
+    from largesse.reports.endpoints import download_router as report_download_router
+    from largesse.reports.endpoints import router as reports_router
     from largesse.webhooks.endpoints import router as webhooks_router
 
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
@@ -243,6 +246,9 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
                    invoices_router, forex_router, connected_router):
         app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(delivery_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    app.include_router(reports_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    app.include_router(fraud_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    app.include_router(report_download_router)  # /reports/download/{token}: the CSV link, outside the API
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
     paths.serve_html_404(app, "/redeem/", redemption_not_found, valid=REDEEM_TOKEN_PATH)
     app.include_router(connect_pages.router)  # /connect/{token}: connected members' sign-in page

@@ -11,6 +11,7 @@ from largesse.db import metadata
 from largesse.delivery.models import jobs
 from largesse.fields.models import fields
 from largesse.forex.models import forex_rates
+from largesse.fraud.models import fraud_reviews, fraud_rules, redemption_signals
 from largesse.funding.models import funding_sources, ledger_entries
 from largesse.invoices.models import invoices
 from largesse.orders.models import orders, reward_field_values, rewards
@@ -18,6 +19,7 @@ from largesse.orgs.models import api_keys, members, organizations
 from largesse.ratelimit import api_rate_limits
 from largesse.redemption.models import inventory_codes, payouts, redemption_tokens
 from largesse.topups.models import topups
+from largesse.reports.models import report_chunks, reports
 from largesse.webhooks.models import webhooks
 
 __all__ = [
@@ -27,4 +29,5 @@ __all__ = [
     "members", "metadata", "orders", "organizations", "payouts", "products", "redemption_tokens",
     "reward_field_values", "rewards", "webhooks",
     "forex_rates", "invoices", "topups",
+    "fraud_reviews", "fraud_rules", "redemption_signals", "report_chunks", "reports",
 ]

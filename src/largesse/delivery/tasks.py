@@ -30,6 +30,7 @@ from largesse.ops import metrics
 from largesse.orders import lifecycle
 from largesse.orders.models import reward_field_values, rewards
 from largesse.redemption import tokens
+from largesse.reports.generate import generate_report
 from largesse.timeutil import utcnow
 from largesse.webhooks import service as webhooks
 from largesse.webhooks.tasks import deliver_webhook
@@ -106,6 +107,8 @@ def run_claimed(ctx: Context, item: Claimed) -> str:
             return expire_rewards(ctx, job)
         if job.kind == "deliver_webhook":
             return deliver_webhook(ctx, job)
+        if job.kind == "generate_report":
+            return generate_report(ctx, job)
         raise DeliveryError(f"unknown job kind {job.kind!r}", permanent=True)
     except DeliveryError as exc:
         return fail(ctx, job, str(exc), permanent=exc.permanent)

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from largesse import db
+from largesse.fraud import service as fraud
 from largesse.redemption import ratelimit, security, service, tokens
 from largesse.redemption.style import theme_css
 
@@ -28,6 +29,8 @@ templates = jinja2.Environment(
     autoescape=True, trim_blocks=True, lstrip_blocks=True,
 )
 MAX_FORM_BYTES = 4096
+DEVICE_COOKIE = "largesse_device"
+DEVICE_COOKIE_SECONDS = 2 * 365 * 24 * 3600
 DEFAULT_THEME = theme_css(None, None)
 
 MESSAGES = {
@@ -44,6 +47,9 @@ MESSAGES = {
                 "be redeemed. If you think this is a mistake, please contact the sender."),
     "replaced": ("This link was replaced", "A newer link to this reward has been sent to you. Please open the "
                  "most recent message about this reward."),
+    "under_review": ("Your reward is under review", "Thank you: your choice has been received. Before it is "
+                     "issued, it needs a quick review by the sender. Open this link again later to see your "
+                     "reward; nothing more is needed from you."),
     "already_redeemed": ("Already redeemed", "This reward has already been redeemed, and a reward can only "
                          "be redeemed once."),
 }
@@ -119,6 +125,12 @@ def _choose(request: Request, page: service.Page, status: int = 200, error: str 
     if fresh:
         response.set_cookie(security.CSRF_COOKIE, nonce, httponly=True, samesite="lax", path="/redeem",
                             secure=_settings(request).public_url.startswith("https://"))
+    if not security.valid_nonce(request.cookies.get(DEVICE_COOKIE)):
+        # A random id per browser, for the fraud rules that look for one device used with
+        # several emails (docs/fraud.md). It identifies nothing but this browser.
+        response.set_cookie(DEVICE_COOKIE, security.new_nonce(), max_age=DEVICE_COOKIE_SECONDS, httponly=True,
+                            samesite="lax", path="/redeem",
+                            secure=_settings(request).public_url.startswith("https://"))
     return response
 
 
@@ -137,6 +149,8 @@ def _show(request: Request, token: str, status: int = 200, error: str | None = N
         return _message(410, "expired", page=page)
     if page.status == "REDEEMED":
         return _render("payout.html", 200, page.theme, page=page, payout=page.payout)
+    if page.status == "UNDER_REVIEW":
+        return _message(200, "under_review", page=page)
     return _choose(request, page, status, error, selected)
 
 
@@ -166,8 +180,12 @@ def _post(request: Request, token: str, body: bytes) -> Response:
             _csrf_key(request), tokens.hash_token(token), nonce, form.get(security.CSRF_FIELD)):
         return _message(403)
     product_id = form.get("product_id", "")[:40]
+    device = request.cookies.get(DEVICE_COOKIE)
+    client = fraud.Client(ip=request.client.host if request.client else None,
+                          device_id=device if security.valid_nonce(device) else None)
     try:
-        service.redeem(_engine(request), token=token, product_id=product_id, settings=_settings(request))
+        service.redeem(_engine(request), token=token, product_id=product_id, settings=_settings(request),
+                       client=client)
     except service.RedemptionError as exc:
         if exc.kind == "not_found":
             return _show(request, token)  # 404, or 410 for a link replaced by a newer one
@@ -175,6 +193,8 @@ def _post(request: Request, token: str, body: bytes) -> Response:
             return _message(410, exc.kind)
         if exc.kind == "already_redeemed":
             return _message(409, "already_redeemed", token=token)
+        if exc.kind == "under_review":
+            return _show(request, token)
         status = 400 if exc.kind == "invalid_choice" else 409
         return _show(request, token, status=status, error=exc.message, selected=product_id or None)
     return RedirectResponse(f"/redeem/{token}", status_code=303, headers=security.page_headers())

@@ -27,7 +27,7 @@ from largesse.timeutil import utcnow
 
 
 class RedemptionError(Exception):
-    """kind: not_found | canceled | expired | already_redeemed | invalid_choice | unavailable."""
+    """kind: not_found | canceled | expired | already_redeemed | invalid_choice | unavailable | under_review."""
 
     def __init__(self, kind: str, message: str = ""):
         self.kind = kind
@@ -54,7 +54,7 @@ class Option:
 class Page:
     reward_id: str
     token_hash: str
-    status: str  # ACTIVE | REDEEMED | CANCELED | EXPIRED
+    status: str  # ACTIVE | REDEEMED | CANCELED | EXPIRED, or UNDER_REVIEW (ACTIVE, held by a fraud rule)
     sender: str
     headline: str
     message: str | None
@@ -180,44 +180,66 @@ def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
     if status == "REDEEMED":
         page.payout = _payout(conn, reward.id)
     elif status == "ACTIVE":
-        page.options = _options(conn, reward, settings)
+        from largesse.fraud.service import is_held
+
+        if is_held(conn, reward.id):
+            page.status = "UNDER_REVIEW"
+        else:
+            page.options = _options(conn, reward, settings)
     return page
 
 
-def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings) -> str:
+def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings, client=None) -> str:
     """Redeem the link's reward for product_id in ONE transaction; returns the reward id.
 
-    The conditional UPDATE is the gate: of two concurrent attempts only one changes the row
-    (PostgreSQL: the second waits on the row lock, then sees REDEEMED; SQLite: BEGIN
-    IMMEDIATE serialises them). The provider then issues inside the same transaction and
-    the payout row (primary key reward_id) is inserted; any failure rolls all of it back.
+    The reward's row is locked first (PostgreSQL: FOR UPDATE, so a concurrent attempt, cancel
+    or expiry waits and then sees the outcome; SQLite: BEGIN IMMEDIATE serialises writers), so
+    the conditional UPDATE of lifecycle.close then always wins. The organization's fraud rules
+    may hold the redemption instead (fraud.service.evaluate): the reward stays ACTIVE under
+    review, nothing is paid, and the page shows that it is under review. Otherwise the provider
+    issues inside the same transaction; any failure rolls all of it back.
     """
+    from largesse.fraud import service as fraud
+
     with db.write(engine) as conn:
         reward_id = tokens.reward_for(conn, token)
         if reward_id is None:
             raise RedemptionError("not_found")
         now = utcnow()
-        won = lifecycle.close(conn, reward_id, status="REDEEMED", at=now)
-        reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
-        if not won:
-            status = lifecycle.status(reward, at=now)
+        reward = conn.execute(select(rewards).where(rewards.c.id == reward_id).with_for_update()).first()
+        status = lifecycle.status(reward, at=now)
+        if status != "ACTIVE":
             raise RedemptionError({"REDEEMED": "already_redeemed", "CANCELED": "canceled"}.get(status, "expired"))
+        if fraud.is_held(conn, reward_id):
+            raise RedemptionError("under_review")
         if product_id not in (reward.products or []):
             raise RedemptionError("invalid_choice", "Choose one of the options shown.")
         product = _products(conn, [product_id]).get(product_id)
         reason = why_unavailable(conn, reward, product, settings)
         if reason:
             raise RedemptionError("unavailable", f"{product.name if product else product_id}: {reason}.")
-        provider = provider_for(product)
+        if fraud.evaluate(conn, reward=reward, product=product, client=client, at=now):
+            metrics.redemption("held")
+            return reward_id  # held for review: committed without any payout
+        if not lifecycle.close(conn, reward_id, status="REDEEMED", at=now):
+            raise RedemptionError("already_redeemed")  # cannot happen under the row lock; never pay twice
         try:
-            issued = provider.issue(conn, reward=reward, product=product, settings=settings)
+            pay(conn, reward=reward, product=product, settings=settings, at=now)
         except OutOfStock:
             raise RedemptionError("unavailable", f"{product.name} just ran out. Please choose another option.") \
                 from None
-        conn.execute(payouts.insert().values(
-            reward_id=reward.id, organization_id=reward.organization_id, product_id=product.id,
-            provider=provider.name, code=issued.code, pin=issued.pin, url=issued.url,
-            confirmation=issued.confirmation, created_at=now,
-        ))
     metrics.redemption("redeemed")
     return reward_id
+
+
+def pay(conn: Connection, *, reward, product, settings: Settings, at) -> None:
+    """Issue the product for a reward this transaction has just closed as REDEEMED, and record
+    the payout (primary key reward_id: never twice). OutOfStock when the provider has none.
+    Shared by redeem() and a fraud review's release."""
+    provider = provider_for(product)
+    issued = provider.issue(conn, reward=reward, product=product, settings=settings)
+    conn.execute(payouts.insert().values(
+        reward_id=reward.id, organization_id=reward.organization_id, product_id=product.id,
+        provider=provider.name, code=issued.code, pin=issued.pin, url=issued.url,
+        confirmation=issued.confirmation, created_at=at,
+    ))

@@ -38,6 +38,9 @@ EVENTS = (
     "MEMBERS.DELETED",
     "ORGANIZATIONS.CREATED",
     "CONNECTED_ORGANIZATIONS.REGISTERED",
+    "REWARDS.FLAGGED",
+    "REPORTS.GENERATION.SUCCEEDED",
+    "REPORTS.GENERATION.FAILED",
 )
 RESOURCE_TYPES = {"ORDERS": "orders", "REWARDS": "rewards", "FUNDING_SOURCES": "funding_sources",
                   "INVOICES": "invoices", "MEMBERS": "members", "ORGANIZATIONS": "organizations",

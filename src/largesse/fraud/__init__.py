@@ -1,0 +1,1 @@
+"""Fraud rules and reviews: rules an organization sets, evaluated when a recipient redeems (docs/fraud.md)."""

@@ -1,0 +1,49 @@
+from sqlalchemy import JSON, Column, DateTime, ForeignKey, Index, String, Table
+
+from largesse.db import metadata
+
+# One row per (organization, rule type): the rule's validated config (fraud/rules.py).
+fraud_rules = Table(
+    "fraud_rules", metadata,
+    Column("organization_id", String(20), ForeignKey("organizations.id"), primary_key=True),
+    Column("rule_type", String(40), primary_key=True),
+    Column("config", JSON, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    Column("updated_at", DateTime, nullable=False),
+)
+
+# A redemption held by a rule. reward_id is the primary key: a reward is reviewed once.
+# status: flagged (held, nothing paid) -> released (paid) | blocked (canceled and refunded);
+# the conditional UPDATE ... WHERE status = 'flagged' is what lets exactly one review win.
+fraud_reviews = Table(
+    "fraud_reviews", metadata,
+    Column("reward_id", String(20), ForeignKey("rewards.id"), primary_key=True),
+    Column("organization_id", String(20), nullable=False),
+    Column("status", String(10), nullable=False),
+    Column("reasons", JSON, nullable=False),
+    Column("risk", String(10), nullable=False),
+    Column("product_id", String(20), nullable=False),  # the recipient's choice, paid on release
+    Column("ip", String(64), nullable=True),
+    Column("country", String(2), nullable=True),
+    Column("device_id", String(64), nullable=True),
+    Column("redeemed_at", DateTime, nullable=False),  # when the recipient chose
+    Column("reviewed_by", String(40), nullable=True),  # the API key id that released or blocked
+    Column("reviewed_at", DateTime, nullable=True),
+    Index("ix_fraud_reviews_org_redeemed", "organization_id", "redeemed_at"),
+)
+
+# What the redemption page saw for every redemption attempt that reached the rules, held or
+# paid: the history the "multiple emails" and "previously blocked" rules look up.
+redemption_signals = Table(
+    "redemption_signals", metadata,
+    Column("reward_id", String(20), ForeignKey("rewards.id"), primary_key=True),
+    Column("organization_id", String(20), nullable=False),
+    Column("email", String(320), nullable=True),  # lower-cased
+    Column("ip", String(64), nullable=True),
+    Column("country", String(2), nullable=True),
+    Column("device_id", String(64), nullable=True),
+    Column("created_at", DateTime, nullable=False),
+    Index("ix_redemption_signals_ip", "organization_id", "ip"),
+    Index("ix_redemption_signals_device", "organization_id", "device_id"),
+    Index("ix_redemption_signals_email", "organization_id", "email", "created_at"),
+)

@@ -1,0 +1,165 @@
+"""Reviews of held redemptions: list, get, release (pay), block (cancel and refund).
+
+See fraud/service.py's docstring for why exactly one of release, block, a client's cancel
+and the expiry sweep wins for a given reward.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Engine, func, or_, select, update
+
+from largesse import db
+from largesse.catalog.models import products
+from largesse.config import Settings
+from largesse.errors import NotFound, Unprocessable
+from largesse.fraud.models import fraud_reviews, redemption_signals
+from largesse.fraud.service import BLOCKED, FLAGGED, REDEMPTION_METHODS, RELATED_LIMIT, RELEASED
+from largesse.money import to_wire as money
+from largesse.orders import lifecycle
+from largesse.orders.models import rewards
+from largesse.orders.repository import rewards_to_wire
+from largesse.timeutil import iso, utcnow
+from largesse.webhooks import service as webhooks
+
+_COLUMNS = (fraud_reviews, products.c.category.label("product_category"))
+
+
+def _base(org: str):
+    return (select(*_COLUMNS).select_from(
+        fraud_reviews.outerjoin(products, products.c.id == fraud_reviews.c.product_id))
+        .where(fraud_reviews.c.organization_id == org))
+
+
+def _item(row, reward_wire: dict) -> dict:
+    wire = {
+        "status": row.status, "reasons": list(row.reasons), "redemption_method":
+            REDEMPTION_METHODS.get(row.product_category or ""),
+        "redeemed_at": iso(row.redeemed_at), "geo": {"ip": row.ip, "country": row.country},
+        "reward": reward_wire,
+    }
+    if row.device_id:
+        wire["device_id"] = row.device_id
+    if row.status != FLAGGED:
+        wire["reviewed_by"] = row.reviewed_by
+        wire["reviewed_at"] = iso(row.reviewed_at)
+    return {k: v for k, v in wire.items() if v is not None}
+
+
+def _rewards_wire(conn: Connection, ids: list[str]) -> dict[str, dict]:
+    if not ids:
+        return {}
+    rows = conn.execute(select(rewards).where(rewards.c.id.in_(ids))).all()
+    return {w["id"]: w for w in rewards_to_wire(conn, rows)}
+
+
+def list_reviews(conn: Connection, org: str, *, offset: int, limit: int, status: str | None, created_gte=None,
+                 created_lte=None, redeemed_gte=None, redeemed_lte=None) -> tuple[list[dict], int]:
+    """Reviews newest redemption first, with total_count; created_at filters apply to the reward."""
+    query = _base(org)
+    if status is not None:
+        query = query.where(fraud_reviews.c.status == status)
+    if created_gte is not None or created_lte is not None:
+        query = query.join(rewards, rewards.c.id == fraud_reviews.c.reward_id)
+        if created_gte is not None:
+            query = query.where(rewards.c.created_at >= created_gte)
+        if created_lte is not None:
+            query = query.where(rewards.c.created_at <= created_lte)
+    if redeemed_gte is not None:
+        query = query.where(fraud_reviews.c.redeemed_at >= redeemed_gte)
+    if redeemed_lte is not None:
+        query = query.where(fraud_reviews.c.redeemed_at <= redeemed_lte)
+    total = conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    rows = conn.execute(query.order_by(fraud_reviews.c.redeemed_at.desc(), fraud_reviews.c.reward_id.desc())
+                        .offset(offset).limit(limit)).all()
+    wires = _rewards_wire(conn, [r.reward_id for r in rows])
+    return [_item(r, wires.get(r.reward_id)) for r in rows], total
+
+
+def _row_or_404(conn: Connection, org: str, reward_id: str):
+    row = conn.execute(_base(org).where(fraud_reviews.c.reward_id == reward_id)).first()
+    if row is None:
+        raise NotFound(f"Fraud review {reward_id} not found", {"id": ["not found"]})
+    return row
+
+
+def _related(conn: Connection, org: str, reward_id: str) -> dict:
+    """Other rewards of the organization redeemed from the same address, device or email."""
+    s = redemption_signals
+    me = conn.execute(select(s).where(s.c.reward_id == reward_id)).first()
+    currency = conn.execute(select(rewards.c.currency_code).where(rewards.c.id == reward_id)).scalar_one()
+    links = []
+    if me is not None:
+        links = [column == value for column, value in ((s.c.ip, me.ip), (s.c.device_id, me.device_id),
+                                                       (s.c.email, me.email)) if value]
+    rows = []
+    if links:
+        rows = conn.execute(
+            select(rewards.c.id, rewards.c.denomination_cents, rewards.c.currency_code, fraud_reviews.c.status)
+            .select_from(s.join(rewards, rewards.c.id == s.c.reward_id)
+                         .outerjoin(fraud_reviews, fraud_reviews.c.reward_id == s.c.reward_id))
+            .where(s.c.organization_id == org, s.c.reward_id != reward_id, or_(*links))
+            .order_by(s.c.created_at.desc()).limit(RELATED_LIMIT)).all()
+    return {
+        "ids": [r.id for r in rows], "count": len(rows), "blocked_count": sum(r.status == BLOCKED for r in rows),
+        "aggregated_value": money(sum(r.denomination_cents for r in rows if r.currency_code == currency)),
+        "currency_code": currency,
+    }
+
+
+def get_review(conn: Connection, org: str, reward_id: str) -> dict:
+    row = _row_or_404(conn, org, reward_id)
+    wire = _item(row, _rewards_wire(conn, [reward_id]).get(reward_id))
+    wire["risk"] = row.risk
+    wire["related_rewards"] = _related(conn, org, reward_id)
+    return wire
+
+
+def _decide(conn: Connection, org: str, reward_id: str, status: str, key_id: str):
+    """The gate: flagged -> status, once. The row, or 422 naming the earlier decision."""
+    row = _row_or_404(conn, org, reward_id)
+    now = utcnow()
+    won = conn.execute(update(fraud_reviews)
+                       .where(fraud_reviews.c.reward_id == reward_id, fraud_reviews.c.status == FLAGGED)
+                       .values(status=status, reviewed_by=key_id, reviewed_at=now)).rowcount
+    if not won:
+        current = conn.execute(select(fraud_reviews.c.status).where(fraud_reviews.c.reward_id == reward_id)).scalar()
+        raise Unprocessable(f"Fraud review {reward_id} was already {current}", {"id": [f"is already {current}"]})
+    return row, now
+
+
+def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key_id: str) -> dict:
+    """Pay the product the recipient chose, once, through the normal redemption path."""
+    from largesse.redemption import service as redemption
+    from largesse.redemption.providers import OutOfStock
+
+    with db.write(engine) as conn:
+        row, now = _decide(conn, org, reward_id, RELEASED, key_id)
+        if not lifecycle.close(conn, reward_id, status="REDEEMED", at=now):
+            state = lifecycle.status(conn.execute(select(rewards).where(rewards.c.id == reward_id)).first(), at=now)
+            raise Unprocessable(f"Reward {reward_id} is {state.lower()}; it cannot be released",
+                                {"id": [f"reward is {state.lower()}"]})
+        reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
+        product = conn.execute(select(products).where(products.c.id == row.product_id)).first()
+        reason = redemption.why_unavailable(conn, reward, product, settings)
+        if reason:
+            raise Unprocessable(f"The chosen product cannot be issued: {reason}", {"id": [reason]})
+        try:
+            redemption.pay(conn, reward=reward, product=product, settings=settings, at=now)
+        except OutOfStock:
+            raise Unprocessable("The chosen product is out of stock", {"id": ["product out of stock"]}) from None
+        return get_review(conn, org, reward_id)
+
+
+def block(engine: Engine, *, org: str, reward_id: str, key_id: str) -> dict:
+    """Cancel the reward and refund it, once (delivery.service.refund: the one refund rule)."""
+    from largesse.delivery import service as delivery
+
+    with db.write(engine) as conn:
+        _, now = _decide(conn, org, reward_id, BLOCKED, key_id)
+        if lifecycle.close(conn, reward_id, status="CANCELED", at=now):
+            reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
+            delivery.refund(conn, reward, memo=f"reward {reward_id} blocked in fraud review")
+            webhooks.emit(conn, org, [("REWARDS.CANCELED", reward_id)])
+        # Otherwise the client canceled it, or it expired: that already refunded it (or the
+        # expiry sweep will); the review still records the decision.
+        return get_review(conn, org, reward_id)

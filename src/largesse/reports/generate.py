@@ -1,0 +1,216 @@
+"""The `generate_report` job: the CSV of an organization's rewards, streamed from the
+database in pages and stored in report_chunks, in bounded memory whatever the row count.
+
+Rows are read PAGE at a time by keyset pagination on (created_at, id) (the index
+ix_rewards_org_created), each page in a short read transaction; the CSV text goes into a
+buffer that is written out as one chunk row (about CHUNK_CHARS) in a short write transaction
+whenever it fills. Nothing holds more than one page and one chunk, so memory does not grow
+with the report (docs/reports.md has the measured figures). Each run writes its chunks under
+a generation of its own; only the run that finishes with the report still PROCESSING under
+its generation publishes them, so a run that lost its lease cannot mix its rows in.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import secrets
+from datetime import date, datetime, timedelta
+
+from sqlalchemy import and_, delete, false, or_, select, update
+
+from largesse import db
+from largesse.catalog.models import products
+from largesse.delivery import jobs as job_queue
+from largesse.fields import service as fields_service
+from largesse.fraud.models import fraud_reviews
+from largesse.money import format_amount
+from largesse.orders.models import orders, reward_field_values, rewards
+from largesse.redemption.models import payouts
+from largesse.reports import service
+from largesse.reports.models import report_chunks, reports
+from largesse.timeutil import iso, utcnow
+from largesse.webhooks import service as webhooks
+
+log = logging.getLogger("largesse.reports")
+
+PAGE = 1000
+CHUNK_CHARS = 256 * 1024
+# The columns, in order (docs/reports.md describes each); then one column per custom field label.
+COLUMNS = ("reward_id", "order_id", "order_external_id", "order_status", "campaign_id", "created_at",
+           "recipient_name", "recipient_email", "recipient_phone", "amount", "fee", "currency_code",
+           "delivery_method", "delivery_status", "delivered_at", "reward_status", "redeemed_at", "canceled_at",
+           "expires_at", "redeemed_product_id", "redeemed_product_name", "fraud_review_status")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _text(value) -> str:
+    """Free text a recipient or client wrote, made inert for spreadsheets (a leading
+    =, +, -, @ would be read as a formula): prefixed with an apostrophe."""
+    if value is None:
+        return ""
+    value = str(value)
+    return "'" + value if value.startswith(FORMULA_START) else value
+
+
+def _day(text: str) -> datetime:
+    return datetime.combine(date.fromisoformat(text), datetime.min.time())
+
+
+def conditions(org: str, filters: dict) -> list:
+    r, o, fr = rewards, orders, fraud_reviews
+    where = [r.c.organization_id == org]
+    if "amount_gte_cents" in filters:
+        where.append(r.c.denomination_cents >= filters["amount_gte_cents"])
+    if "amount_lte_cents" in filters:
+        where.append(r.c.denomination_cents <= filters["amount_lte_cents"])
+    if "created_gte" in filters:
+        where.append(r.c.created_at >= _day(filters["created_gte"]))
+    if "created_lte" in filters:
+        where.append(r.c.created_at < _day(filters["created_lte"]) + timedelta(days=1))
+    if "delivered_at" in filters:
+        day = _day(filters["delivered_at"])
+        where.extend([r.c.delivered_at >= day, r.c.delivered_at < day + timedelta(days=1)])
+    if "campaign_id" in filters:
+        where.append(r.c.campaign_id == filters["campaign_id"])
+    if "order_id" in filters:
+        where.append(r.c.order_id == filters["order_id"])
+    if "delivery_method" in filters:
+        method = filters["delivery_method"]
+        # mail and direct are Tremendous delivery methods that Largesse does not have.
+        where.append(r.c.delivery_method == method.upper() if method in ("email", "link", "phone") else false())
+    if "order_status" in filters:
+        where.append(o.c.status == service.ORDER_STATUSES[filters["order_status"]])
+    if filters.get("status"):
+        matches = {"delivered": r.c.delivery_status == "SUCCEEDED", "canceled": r.c.status == "CANCELED",
+                   "delivery_failed": r.c.delivery_status == "FAILED", "pending_review": fr.c.status == "flagged"}
+        where.append(or_(*(matches[s] for s in filters["status"])))
+    return where
+
+
+def _page_query(org: str, filters: dict, after: tuple | None):
+    r, o, p, pr, fr = rewards, orders, payouts, products, fraud_reviews
+    query = (
+        select(r.c.id, r.c.order_id, o.c.external_id, o.c.status.label("order_status"), r.c.campaign_id,
+               r.c.created_at, r.c.recipient_name, r.c.recipient_email, r.c.recipient_phone, r.c.denomination_cents,
+               r.c.fee_cents, r.c.currency_code, r.c.delivery_method, r.c.delivery_status, r.c.delivered_at,
+               r.c.status, r.c.redeemed_at, r.c.canceled_at, r.c.expires_at, p.c.product_id,
+               pr.c.name.label("product_name"), fr.c.status.label("review_status"))
+        .select_from(r.join(o, o.c.id == r.c.order_id).outerjoin(p, p.c.reward_id == r.c.id)
+                     .outerjoin(pr, pr.c.id == p.c.product_id).outerjoin(fr, fr.c.reward_id == r.c.id))
+        .where(*conditions(org, filters))
+        .order_by(r.c.created_at, r.c.id).limit(PAGE)
+    )
+    if after is not None:
+        created, reward_id = after
+        query = query.where(or_(r.c.created_at > created, and_(r.c.created_at == created, r.c.id > reward_id)))
+    return query
+
+
+def _line(row, labels: list[str], values: dict[str, str]) -> list[str]:
+    return [row.id, row.order_id, _text(row.external_id), row.order_status, row.campaign_id or "",
+            iso(row.created_at), _text(row.recipient_name), _text(row.recipient_email), _text(row.recipient_phone),
+            format_amount(row.denomination_cents), format_amount(row.fee_cents), row.currency_code,
+            row.delivery_method, row.delivery_status, iso(row.delivered_at) or "", row.status,
+            iso(row.redeemed_at) or "", iso(row.canceled_at) or "", iso(row.expires_at) or "",
+            row.product_id or "", _text(row.product_name), row.review_status or "",
+            *(_text(values.get(label)) for label in labels)]
+
+
+def write_csv(engine, report_id: str, org: str, filters: dict, generation: str) -> tuple[int, int]:
+    """Stream the report's rows into chunks of `generation`; returns (rows, UTF-8 bytes)."""
+    with db.read(engine) as conn:
+        labels = sorted({f.label for f in fields_service.list_for(conn, org)}, key=str.lower)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow([*COLUMNS, *(_text(label) for label in labels)])
+    rows = size = seq = 0
+    after = None
+
+    def flush():
+        nonlocal buffer, writer, seq, size
+        data = buffer.getvalue()
+        if not data:
+            return
+        with db.write(engine) as conn:
+            conn.execute(report_chunks.insert().values(report_id=report_id, generation=generation, seq=seq,
+                                                       data=data))
+        seq, size = seq + 1, size + len(data.encode())
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\r\n")
+
+    while True:
+        with db.read(engine) as conn:
+            page = conn.execute(_page_query(org, filters, after)).all()
+            values: dict[str, dict[str, str]] = {}
+            if page and labels:
+                for v in conn.execute(select(reward_field_values.c.reward_id, reward_field_values.c.label,
+                                             reward_field_values.c.value)
+                                      .where(reward_field_values.c.reward_id.in_([p.id for p in page]))):
+                    values.setdefault(v.reward_id, {})[v.label] = v.value
+        for row in page:
+            writer.writerow(_line(row, labels, values.get(row.id, {})))
+        rows += len(page)
+        if buffer.tell() >= CHUNK_CHARS:
+            flush()
+        if len(page) < PAGE:
+            break
+        after = (page[-1].created_at, page[-1].id)
+        del page, values
+    flush()
+    return rows, size
+
+
+def generate_report(ctx, job) -> str:
+    """The job handler (delivery/tasks.py dispatches `generate_report` here)."""
+    report_id = (job.payload or {}).get("report_id")
+    try:
+        return _generate(ctx, job, report_id)
+    except Exception as exc:
+        if db.is_unavailable(exc) or job.attempts < job.max_attempts:
+            raise  # retried with backoff (delivery/tasks.py), or reclaimed after an outage
+        log.exception("report %s failed", report_id)
+        with db.write(ctx.engine) as conn:
+            failed = conn.execute(update(reports).where(reports.c.id == report_id, reports.c.status.in_(
+                service.IN_PROGRESS)).values(status=service.FAILED, completed_at=utcnow(),
+                                             error=f"{type(exc).__name__}: {exc}"[:2000])).rowcount
+            if failed:
+                webhooks.emit(conn, job.organization_id, [("REPORTS.GENERATION.FAILED", report_id)])
+            job_queue.mark_done(conn, job, ctx.worker_id, f"report failed: {type(exc).__name__}")
+        return "failed"
+
+
+def _generate(ctx, job, report_id: str | None) -> str:
+    from largesse.redemption.security import load_csrf_key
+
+    engine, now = ctx.engine, utcnow()
+    generation = secrets.token_hex(12)
+    with db.write(engine) as conn:
+        row = conn.execute(select(reports).where(reports.c.id == report_id)).first()
+        if row is None or row.status not in service.IN_PROGRESS:
+            job_queue.mark_done(conn, job, ctx.worker_id, "skipped: report missing or finished")
+            return "skipped"
+        conn.execute(update(reports).where(reports.c.id == report_id)
+                     .values(status=service.PROCESSING, started_at=now, generation=generation))
+        # Housekeeping: the CSVs whose links have expired are dropped (the report rows stay).
+        conn.execute(delete(report_chunks).where(report_chunks.c.report_id.in_(
+            select(reports.c.id).where(reports.c.url_expires_at < now))))
+    rows, size = write_csv(engine, report_id, row.organization_id, row.filters or {}, generation)
+    key = load_csrf_key(engine, ctx.settings)
+    salt = service.new_salt()
+    done = utcnow()
+    with db.write(engine) as conn:
+        published = conn.execute(
+            update(reports).where(reports.c.id == report_id, reports.c.status == service.PROCESSING,
+                                  reports.c.generation == generation)
+            .values(status=service.READY, completed_at=done, row_count=rows, byte_size=size, download_salt=salt,
+                    download_hash=service.hash_token(service.token_for(key, report_id, salt)),
+                    url_expires_at=done + timedelta(days=service.URL_DAYS), error=None)).rowcount
+        if published:
+            conn.execute(delete(report_chunks).where(report_chunks.c.report_id == report_id,
+                                                     report_chunks.c.generation != generation))
+            webhooks.emit(conn, row.organization_id, [("REPORTS.GENERATION.SUCCEEDED", report_id)])
+        job_queue.mark_done(conn, job, ctx.worker_id, None if published else "superseded by another run")
+    log.info("report %s: %s rows, %s bytes", report_id, rows, size)
+    return "generated"

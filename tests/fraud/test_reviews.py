@@ -1,0 +1,243 @@
+"""Held redemptions: flagged by a rule on the real page, then released or blocked."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from tremendous import FraudRuleRequest, FraudRuleRequestConfig, ReviewIp
+from tremendous.exceptions import NotFoundException, UnprocessableEntityException
+
+from tests.factories import available_cents
+from tests.fraud.conftest import events_for, link_reward, payout_count, redeem, refund_count, tagged
+from tests.redemption.conftest import GIFT_CARD, fake_ip
+
+
+def review_ip(api, *ips: str) -> None:
+    api.fraud_rule("review_ip", FraudRuleRequest(config=FraudRuleRequestConfig(ReviewIp(ips=list(ips)))))
+
+
+def test_flagged_redemption_is_held_then_released_once(org, api, engine, webhook, cli):
+    ip = fake_ip()
+    review_ip(api, ip.rsplit(".", 1)[0] + ".0/24")
+    reward_id, link = link_reward(org)
+    page = redeem(link, ip=ip)
+    assert "under review" in page and "TEST-" not in page
+    assert payout_count(engine, reward_id) == 0
+    assert "REWARDS.FLAGGED" in events_for(engine, org.id, reward_id)
+    assert api.get_reward(reward_id).reward.id == reward_id  # still an ordinary, unredeemed reward
+
+    listed = api.list_fraud_reviews(status="flagged")
+    assert listed.total_count == 1
+    item = listed.fraud_reviews[0]
+    assert (item.status, item.reasons, item.geo.ip, item.reward.id) == ("flagged", ["Disallowed IP"], ip, reward_id)
+    assert item.redemption_method == "merchant card" and item.reviewed_by is None
+    review = api.get_fraud_review(reward_id).fraud_review
+    assert review.risk == "low" and review.related_rewards.count == 0
+    assert "under review" in redeem_page(link) and "csrf_token" not in redeem_page(link)  # no second choice
+
+    released = api.release_fraud_review(reward_id).fraud_review
+    assert released.status == "released" and released.reviewed_at is not None
+    assert released.reviewed_by  # the API key that released it
+    assert payout_count(engine, reward_id) == 1
+    with pytest.raises(UnprocessableEntityException):
+        api.block_fraud_review(reward_id)
+    with pytest.raises(Exception) as again:
+        api.release_fraud_review(reward_id)
+    assert again.value.status == 422
+    assert payout_count(engine, reward_id) == 1
+    assert "TEST-" in redeem_page(link)
+    assert api.list_fraud_reviews(status="released").total_count == 1
+    assert api.list_fraud_reviews(status="flagged").total_count == 0
+    cli("ledger", "verify")
+
+
+def redeem_page(link: str) -> str:
+    from tests.redemption.conftest import page_client
+
+    with page_client() as client:
+        return client.get(link).text
+
+
+def test_block_cancels_and_refunds_exactly_once(org, api, engine, http, cli):
+    ip = fake_ip()
+    review_ip(api, ip)
+    reward_id, link = link_reward(org, denomination=40)
+    after_order = available_cents(http)
+    redeem(link, ip=ip)
+    blocked = api.block_fraud_review(reward_id).fraud_review
+    assert blocked.status == "blocked" and blocked.reviewed_by
+    assert available_cents(http) == after_order + 4000
+    assert refund_count(engine, reward_id) == 1
+    with pytest.raises(UnprocessableEntityException):
+        api.block_fraud_review(reward_id)
+    assert available_cents(http) == after_order + 4000
+    assert "canceled" in redeem_page(link)
+    assert payout_count(engine, reward_id) == 0
+    cli("ledger", "verify")
+
+
+def test_allow_list_wins_over_review_list(org, api, engine, http):
+    ip = fake_ip()
+    review_ip(api, ip)
+    http.post("/fraud_rules/allow_ip", json={"config": {"ips": [ip]}})
+    reward_id, link = link_reward(org)
+    assert "TEST-" in redeem(link, ip=ip)
+    assert api.list_fraud_reviews().total_count == 0
+
+
+def test_country_from_the_offline_database(org, api, engine, http):
+    assert http.post("/fraud_rules/review_country",
+                     json={"config": {"type": "blacklist", "countries": ["GB"]}}).status_code == 200
+    held, link = link_reward(org)
+    redeem(link, ip="81.2.69.142")  # a British address in iptocc's data
+    paid, other = link_reward(org)
+    assert "TEST-" in redeem(other, ip="8.8.8.8")  # the United States
+    review = api.get_fraud_review(held).fraud_review
+    assert review.reasons == ["Disallowed country"] and review.geo.country == "GB"
+    with pytest.raises(NotFoundException):
+        api.get_fraud_review(paid)
+
+
+def test_email_count_amount_device_and_blocked_rules(org, api, engine, http):
+    for rule_type, config in (("review_email", {"domains": ["example.com"]}),):
+        assert http.post(f"/fraud_rules/{rule_type}", json={"config": config}).status_code == 200
+    first, link = link_reward(org)
+    redeem(link)
+    assert api.get_fraud_review(first).fraud_review.reasons == ["Disallowed email"]
+    http.delete("/fraud_rules/review_email")
+
+    http.post("/fraud_rules/review_redeemed_rewards_count", json={"config": {"amount": 1, "period": "30"}})
+    http.post("/fraud_rules/review_redeemed_rewards_amount", json={"config": {"amount": 30, "period": "7"}})
+    paid, link = link_reward(org, denomination=20)
+    assert "TEST-" in redeem(link)  # the recipient's first redemption: 1 reward, 20.00
+    over, link = link_reward(org, denomination=15)
+    redeem(link)
+    assert api.get_fraud_review(over).fraud_review.reasons == ["Over reward count limit", "Over reward amount limit"]
+    assert api.get_fraud_review(over).fraud_review.risk == "medium"
+    http.delete("/fraud_rules/review_redeemed_rewards_count")
+    http.delete("/fraud_rules/review_redeemed_rewards_amount")
+
+    # One browser (its device cookie) redeeming for a second email address.
+    http.post("/fraud_rules/review_multiple_emails")
+    from tests.redemption.conftest import page_client
+
+    with page_client() as browser:
+        _, link = link_reward(org)
+        browser.get(link)
+        device = dict(browser.cookies)
+    assert "largesse_device" in device
+    mine, link = link_reward(org)
+    redeem(link, cookies=device)
+    theirs, link = link_reward(org, email=tagged(org.member_email, "second"))
+    redeem(link, cookies=device)
+    review = api.get_fraud_review(theirs).fraud_review
+    assert review.reasons == ["Device related to multiple emails"]
+    assert mine in review.related_rewards.ids
+    http.delete("/fraud_rules/review_multiple_emails")
+
+    # An address used by a blocked reward holds the next one.
+    http.post("/fraud_rules/review_previously_blocked_recipients")
+    api.block_fraud_review(theirs)
+    again, link = link_reward(org, email=tagged(org.member_email, "third"))
+    redeem(link, cookies=device)
+    assert api.get_fraud_review(again).fraud_review.reasons == ["Device related to a blocked reward"]
+    assert api.get_fraud_review(again).fraud_review.risk == "high"
+    assert api.list_fraud_reviews(status="blocked").total_count == 1
+    assert api.list_fraud_reviews(limit=2).total_count == 4 and len(api.list_fraud_reviews(limit=2).fraud_reviews) == 2
+
+
+def test_reviews_are_scoped_and_validated(org, other_org, api, http):
+    ip = fake_ip()
+    review_ip(api, ip)
+    reward_id, link = link_reward(org)
+    redeem(link, ip=ip)
+    stranger = other_org.api()
+    assert stranger.list_fraud_reviews().total_count == 0
+    for call in (stranger.get_fraud_review, stranger.release_fraud_review, stranger.block_fraud_review):
+        with pytest.raises(NotFoundException):
+            call(reward_id)
+    assert http.get("/fraud_reviews", params={"status": "pending"}).status_code == 400
+    assert http.get("/fraud_reviews", params={"redeemed_at[gte]": "yesterday"}).status_code == 400
+    assert api.list_fraud_reviews(redeemed_at_gte="2000-01-01T00:00:00Z").total_count == 1
+    assert api.list_fraud_reviews(created_at_lte="2000-01-01T00:00:00Z").total_count == 0
+
+
+def _decide(org, action: str, reward_id: str, barrier: threading.Barrier, outcomes: dict) -> None:
+    client = org.api()
+    barrier.wait()
+    try:
+        getattr(client, f"{action}_fraud_review")(reward_id)
+        outcomes[action] = 200
+    except Exception as exc:  # the loser: 422
+        outcomes[action] = exc.status
+
+
+def test_concurrent_release_and_block_one_wins(org, api, engine, http, cli):
+    for _ in range(3):
+        ip = fake_ip()
+        review_ip(api, ip)
+        reward_id, link = link_reward(org)
+        redeem(link, ip=ip)
+        before = available_cents(http)
+        barrier, outcomes = threading.Barrier(2), {}
+        threads = [threading.Thread(target=_decide, args=(org, a, reward_id, barrier, outcomes))
+                   for a in ("release", "block")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes.values()) == [200, 422], outcomes
+        if outcomes["release"] == 200:
+            assert (payout_count(engine, reward_id), refund_count(engine, reward_id)) == (1, 0)
+            assert available_cents(http) == before
+        else:
+            assert (payout_count(engine, reward_id), refund_count(engine, reward_id)) == (0, 1)
+            assert available_cents(http) == before + 2500
+    cli("ledger", "verify")
+
+
+def test_released_reward_without_rules_is_paid_as_before(org, api, engine):
+    reward_id, link = link_reward(org, products=(GIFT_CARD,))
+    assert "TEST-" in redeem(link)
+    assert payout_count(engine, reward_id) == 1
+    assert api.list_fraud_reviews().total_count == 0
+
+
+def test_second_tab_posting_after_the_hold_sees_the_review_page(org, api, engine):
+    from tests.redemption.conftest import csrf_of, page_client
+
+    ip = fake_ip()
+    review_ip(api, ip)
+    reward_id, link = link_reward(org)
+    with page_client(ip) as first, page_client(ip) as second:
+        forms = [(client, csrf_of(client.get(link).text)) for client in (first, second)]
+        assert forms[0][0].post(link, data={"csrf_token": forms[0][1], "product_id": GIFT_CARD}).status_code == 303
+        late = forms[1][0].post(link, data={"csrf_token": forms[1][1], "product_id": GIFT_CARD})
+    assert late.status_code == 200 and "under review" in late.text
+    assert payout_count(engine, reward_id) == 0 and api.list_fraud_reviews().total_count == 1
+
+
+def test_count_limit_also_counts_one_address_with_several_emails(org, api, http, engine):
+    assert http.post("/fraud_rules/review_redeemed_rewards_count",
+                     json={"config": {"amount": 1, "period": "7"}}).status_code == 200
+    ip = fake_ip()
+    first, link = link_reward(org, email=tagged(org.member_email, "one"))
+    assert "TEST-" in redeem(link, ip=ip)
+    second, link = link_reward(org, email=tagged(org.member_email, "two"))
+    assert "under review" in redeem(link, ip=ip)
+    review = api.get_fraud_review(second).fraud_review
+    assert review.reasons == ["Over reward count limit"] and first in review.related_rewards.ids
+    assert payout_count(engine, second) == 0
+
+
+def test_a_list_of_50000_addresses(org, api, http, engine):
+    ips = [f"198.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}" for i in range(50_000)]
+    assert http.post("/fraud_rules/review_ip", json={"config": {"ips": ips}}).status_code == 200
+    assert len(api.list_fraud_rules().fraud_rules[0].config["ips"]) == 50_000
+    held, link = link_reward(org)
+    redeem(link, ip=ips[-1])
+    paid, other = link_reward(org)
+    assert "TEST-" in redeem(other, ip="198.200.0.1")
+    assert api.get_fraud_review(held).fraud_review.reasons == ["Disallowed IP"]
+    assert payout_count(engine, paid) == 1
