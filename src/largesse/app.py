@@ -226,6 +226,9 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
     paths.serve_html_404(app, "/redeem/", redemption_not_found, valid=REDEEM_TOKEN_PATH)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    from largesse.dashboard import router as dashboard
+
+    dashboard.install(app)  # /dashboard: the organization's web pages (dashboard/)
     _document_self_parsed_bodies(app)
 
     @app.get("/healthz", include_in_schema=False)

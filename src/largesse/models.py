@@ -2,6 +2,9 @@
 
 from largesse.campaigns.models import campaigns
 from largesse.catalog.models import products
+from largesse.dashboard.models import sessions as dashboard_sessions
+from largesse.dashboard.models import signin_tokens as dashboard_signin_tokens
+from largesse.dashboard.models import uploads as dashboard_uploads
 from largesse.db import metadata
 from largesse.delivery.models import jobs
 from largesse.fields.models import fields
@@ -13,7 +16,8 @@ from largesse.redemption.models import inventory_codes, payouts, redemption_toke
 from largesse.webhooks.models import webhooks
 
 __all__ = [
-    "api_keys", "api_rate_limits", "campaigns", "fields", "funding_sources", "inventory_codes", "jobs",
+    "api_keys", "api_rate_limits", "campaigns", "dashboard_sessions", "dashboard_signin_tokens",
+    "dashboard_uploads", "fields", "funding_sources", "inventory_codes", "jobs",
     "ledger_entries",
     "members", "metadata", "orders", "organizations", "payouts", "products", "redemption_tokens",
     "reward_field_values", "rewards", "webhooks",

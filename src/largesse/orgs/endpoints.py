@@ -7,7 +7,6 @@ recipients; the operator manages organizations themselves with the CLI.
 from __future__ import annotations
 
 from fastapi import APIRouter
-from sqlalchemy import delete, func, select, update
 from starlette.responses import Response
 
 from largesse import db
@@ -141,7 +140,7 @@ def update_member(member_id: str, body: UpdateMemberIn, caller: CallerDep, engin
     role = _check_role(body.role)
     with db.write(engine) as conn:
         _get_member(conn, caller.organization_id, member_id)
-        conn.execute(update(members).where(members.c.id == member_id).values(role=role))
+        service.set_member_role(conn, organization_id=caller.organization_id, member_id=member_id, role=role)
         row = _get_member(conn, caller.organization_id, member_id)
     return json_response({"member": _member(row)})
 
@@ -151,10 +150,8 @@ def delete_member(member_id: str, caller: CallerDep, engine: EngineDep):
     clean_text(member_id, "id", max_length=200)
     with db.write(engine) as conn:
         _get_member(conn, caller.organization_id, member_id)
-        count = conn.execute(
-            select(func.count()).select_from(members).where(members.c.organization_id == caller.organization_id)
-        ).scalar_one()
-        if count <= 1:
-            raise Unprocessable("An organization keeps at least one member", {"id": ["is the last member"]})
-        conn.execute(delete(members).where(members.c.id == member_id))
+        try:
+            service.remove_member(conn, organization_id=caller.organization_id, member_id=member_id)
+        except service.LastMember as exc:
+            raise Unprocessable(str(exc), {"id": ["is the last member"]}) from None
     return Response(status_code=204)

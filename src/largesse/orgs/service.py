@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from largesse import auth
@@ -105,5 +105,39 @@ def list_keys(conn: Connection, organization_id: str):
 def revoke_key(conn: Connection, key_id: str) -> bool:
     result = conn.execute(
         api_keys.update().where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)).values(revoked_at=utcnow())
+    )
+    return result.rowcount == 1
+
+
+def set_member_role(conn: Connection, *, organization_id: str, member_id: str, role: str) -> bool:
+    """Change a member's role (already checked against the roles); False when no such member."""
+    return conn.execute(update(members).where(members.c.organization_id == organization_id,
+                                              members.c.id == member_id).values(role=role)).rowcount == 1
+
+
+class LastMember(OrgError):
+    pass
+
+
+def remove_member(conn: Connection, *, organization_id: str, member_id: str) -> bool:
+    """Remove a member; False when no such member. An organization keeps at least one member."""
+    count = conn.execute(
+        select(func.count()).select_from(members).where(members.c.organization_id == organization_id)
+    ).scalar_one()
+    exists_ = conn.execute(select(members.c.id).where(members.c.organization_id == organization_id,
+                                                      members.c.id == member_id)).first()
+    if exists_ is None:
+        return False
+    if count <= 1:
+        raise LastMember("An organization keeps at least one member")
+    conn.execute(delete(members).where(members.c.organization_id == organization_id, members.c.id == member_id))
+    return True
+
+
+def revoke_org_key(conn: Connection, *, organization_id: str, key_id: str) -> bool:
+    """Revoke one of the organization's keys (the dashboard); False when none is active."""
+    result = conn.execute(
+        api_keys.update().where(api_keys.c.organization_id == organization_id, api_keys.c.id == key_id,
+                                api_keys.c.revoked_at.is_(None)).values(revoked_at=utcnow())
     )
     return result.rowcount == 1

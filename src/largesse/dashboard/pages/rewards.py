@@ -1,0 +1,153 @@
+"""Orders and rewards: lists with filters and pages, a reward's history, and its actions
+(resend, cancel, generate a link) through delivery/service.py, as the API's endpoints do."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+
+from fastapi import APIRouter
+
+from largesse import db
+from largesse.campaigns import service as campaigns_service
+from largesse.dashboard import access
+from largesse.dashboard.web import route
+from largesse.delivery import service as delivery
+from largesse.errors import ApiError
+from largesse.fields import service as fields_service
+from largesse.orders import browse
+from largesse.orders.models import orders, rewards
+
+router = APIRouter()
+PAGE_SIZE = 25
+MAX_PAGE = 10_000
+
+
+def _day(value: str) -> datetime | None:
+    try:
+        return datetime.combine(date.fromisoformat(value), datetime.min.time()) if value else None
+    except ValueError:
+        return None
+
+
+def _page_number(ctx) -> int:
+    text = ctx.arg("page", "1", 6)
+    return min(int(text), MAX_PAGE) if text.isdigit() and int(text) > 0 else 1
+
+
+def _pager(ctx, page: int, has_more: bool) -> dict:
+    params = {k: v for k, v in ctx.query.items() if k != "page" and v}
+
+    def url(n: int) -> str:
+        from urllib.parse import urlencode
+        return f"{ctx.request.url.path}?{urlencode({**params, 'page': n})}"
+
+    return {"page": page, "prev": url(page - 1) if page > 1 else None, "next": url(page + 1) if has_more else None}
+
+
+def _date_range(ctx) -> tuple[datetime | None, datetime | None, str, str]:
+    start, end = ctx.arg("from", max_length=10), ctx.arg("to", max_length=10)
+    gte, to = _day(start), _day(end)
+    return gte, (to + timedelta(days=1) if to else None), start if gte else "", end if to else ""
+
+
+@route(router, "GET", "/orders")
+def list_orders(ctx):
+    org = ctx.viewer.organization_id
+    page = _page_number(ctx)
+    gte, lt, start, end = _date_range(ctx)
+    campaign_id = ctx.arg("campaign", max_length=20) or None
+    with db.read(ctx.engine) as conn:
+        rows, more = browse.page_orders(conn, org, campaign_id=campaign_id, created_gte=gte, created_lt=lt,
+                                        offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+        campaigns = campaigns_service.list_for(conn, org)
+    return ctx.render("orders.html", title="Orders", rows=rows, pager=_pager(ctx, page, more), campaigns=campaigns,
+                      campaign_id=campaign_id or "", start=start, end=end)
+
+
+@route(router, "GET", "/orders/{order_id}")
+def show_order(ctx, order_id: str):
+    with db.read(ctx.engine) as conn:
+        order = access.owned(conn, ctx.viewer, orders, order_id)
+        rows, more = browse.page_rewards(conn, ctx.viewer.organization_id, browse.RewardFilter(order_id=order.id),
+                                         offset=0, limit=500)
+    return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows, more=more)
+
+
+@route(router, "GET", "/rewards")
+def list_rewards(ctx):
+    org = ctx.viewer.organization_id
+    page = _page_number(ctx)
+    gte, lt, start, end = _date_range(ctx)
+    status = ctx.arg("status", max_length=10).upper()
+    delivery_status = ctx.arg("delivery", max_length=10).upper()
+    label, value = ctx.arg("field", max_length=100), ctx.arg("value", max_length=1000)
+    flt = browse.RewardFilter(
+        status=status if status in browse.REWARD_STATUSES else None,
+        delivery_status=delivery_status if delivery_status in browse.DELIVERY_STATUSES else None,
+        campaign_id=ctx.arg("campaign", max_length=20) or None, created_gte=gte, created_lt=lt,
+        fields=[(label, value)] if label and value else [])
+    with db.read(ctx.engine) as conn:
+        rows, more = browse.page_rewards(conn, org, flt, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+        campaigns = campaigns_service.list_for(conn, org)
+        fields = fields_service.list_for(conn, org)
+    return ctx.render("rewards.html", title="Rewards", rows=rows, pager=_pager(ctx, page, more), flt=flt,
+                      campaigns=campaigns, fields=fields, statuses=browse.REWARD_STATUSES,
+                      delivery_statuses=browse.DELIVERY_STATUSES, start=start, end=end, label=label, value=value)
+
+
+def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = None, notice: str | None = None,
+                 link: str | None = None):
+    with db.read(ctx.engine) as conn:
+        reward = access.owned(conn, ctx.viewer, rewards, reward_id)
+        history = browse.history(conn, reward.id)
+        values = browse_values(conn, reward.id)
+    return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, history=history,
+                      values=values, error=error, notice=notice, link=link)
+
+
+def browse_values(conn, reward_id: str) -> list:
+    from largesse.orders.repository import field_values_for
+    return field_values_for(conn, [reward_id]).get(reward_id, [])
+
+
+NOTICES = {"resent": "The reward is queued to be sent again.", "canceled": "The reward was canceled and refunded."}
+
+
+@route(router, "GET", "/rewards/{reward_id}")
+def show_reward(ctx, reward_id: str):
+    return _show_reward(ctx, reward_id, notice=NOTICES.get(ctx.arg("done", max_length=20)))
+
+
+def _act(ctx, reward_id: str, action, done: str):
+    with db.read(ctx.engine) as conn:
+        access.owned(conn, ctx.viewer, rewards, reward_id)  # 404 for another organization's reward
+    try:
+        action()
+    except ApiError as exc:
+        return _show_reward(ctx, reward_id, status=exc.status_code, error=exc.message)
+    return ctx.redirect(f"/dashboard/rewards/{reward_id}?done={done}")
+
+
+@route(router, "POST", "/rewards/{reward_id}/resend", action="send")
+def resend(ctx, reward_id: str):
+    email = ctx.form.get("email", max_length=320) or None
+    return _act(ctx, reward_id, lambda: delivery.resend_reward(
+        ctx.engine, ctx.settings, org=ctx.viewer.organization_id, reward_id=reward_id, updated_email=email,
+        updated_phone=None), "resent")
+
+
+@route(router, "POST", "/rewards/{reward_id}/cancel", action="send")
+def cancel(ctx, reward_id: str):
+    return _act(ctx, reward_id, lambda: delivery.cancel_reward(
+        ctx.engine, org=ctx.viewer.organization_id, reward_id=reward_id), "canceled")
+
+
+@route(router, "POST", "/rewards/{reward_id}/link", action="send")
+def generate_link(ctx, reward_id: str):
+    with db.read(ctx.engine) as conn:
+        access.owned(conn, ctx.viewer, rewards, reward_id)
+    try:
+        link = delivery.generate_link(ctx.engine, ctx.settings, org=ctx.viewer.organization_id, reward_id=reward_id)
+    except ApiError as exc:
+        return _show_reward(ctx, reward_id, status=exc.status_code, error=exc.message)
+    return _show_reward(ctx, reward_id, link=link, notice="A new link was generated. Copy it now.")

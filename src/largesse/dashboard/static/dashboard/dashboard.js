@@ -1,0 +1,19 @@
+// Progressive enhancement only: every form works without this file.
+// A submit button with data-busy shows that text and is disabled while the request runs
+// (placing an order of 5,000 rewards takes a few seconds), and a .progress element in the
+// same form announces it to screen readers.
+document.addEventListener("submit", function (event) {
+  var form = event.target;
+  var button = event.submitter || form.querySelector("button[data-busy]");
+  if (!button || !button.dataset.busy) return;
+  window.setTimeout(function () { button.disabled = true; }, 0);  // after the browser read the form
+  button.textContent = button.dataset.busy;
+  var progress = form.querySelector(".progress");
+  if (progress) {
+    var started = Date.now();
+    progress.textContent = button.dataset.busy;
+    window.setInterval(function () {
+      progress.textContent = button.dataset.busy + " " + Math.round((Date.now() - started) / 1000) + " s";
+    }, 1000);
+  }
+});

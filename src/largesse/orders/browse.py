@@ -1,0 +1,106 @@
+"""Read queries for people browsing orders and rewards (the dashboard), scoped to the org.
+
+Lists are paged in the database and never counted: a page asks for one row more than it
+shows to know whether there is a next page, so its cost follows the page size, not the
+number of rewards in the organization (docs/dashboard.md has the measurements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Connection, and_, exists, func, select
+from sqlalchemy.orm import aliased
+
+from largesse.delivery.models import jobs
+from largesse.orders.models import orders, reward_field_values, rewards
+from largesse.redemption.models import payouts, redemption_tokens
+
+REWARD_STATUSES = ("ACTIVE", "REDEEMED", "CANCELED", "EXPIRED")
+DELIVERY_STATUSES = ("PENDING", "SCHEDULED", "SUCCEEDED", "FAILED")
+
+
+@dataclass
+class RewardFilter:
+    status: str | None = None  # one of REWARD_STATUSES
+    delivery_status: str | None = None
+    campaign_id: str | None = None
+    order_id: str | None = None
+    created_gte: datetime | None = None
+    created_lt: datetime | None = None
+    fields: list[tuple[str, str]] = field(default_factory=list)  # (label, value), all must match
+
+
+def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, offset: int, limit: int):
+    """(rows, has_more): rewards newest first matching flt."""
+    conditions = [rewards.c.organization_id == org]
+    if flt.status:
+        conditions.append(rewards.c.status == flt.status)
+    if flt.delivery_status:
+        conditions.append(rewards.c.delivery_status == flt.delivery_status)
+    if flt.campaign_id:
+        conditions.append(rewards.c.campaign_id == flt.campaign_id)
+    if flt.order_id:
+        conditions.append(rewards.c.order_id == flt.order_id)
+    if flt.created_gte:
+        conditions.append(rewards.c.created_at >= flt.created_gte)
+    if flt.created_lt:
+        conditions.append(rewards.c.created_at < flt.created_lt)
+    for label, value in flt.fields:
+        # The custom-field index pins every column (orders/repository.search_rewards).
+        value_row = aliased(reward_field_values)
+        conditions.append(exists().where(
+            value_row.c.organization_id == org, value_row.c.label == label, value_row.c.value == value,
+            value_row.c.reward_created_at == rewards.c.created_at, value_row.c.reward_id == rewards.c.id))
+    rows = conn.execute(
+        select(rewards).where(and_(*conditions)).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
+        .offset(offset).limit(limit + 1)
+    ).all()
+    return rows[:limit], len(rows) > limit
+
+
+def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_gte: datetime | None,
+                created_lt: datetime | None, offset: int, limit: int):
+    """(rows, has_more): orders newest first, each with its number of rewards."""
+    conditions = [orders.c.organization_id == org]
+    if campaign_id:
+        conditions.append(orders.c.campaign_id == campaign_id)
+    if created_gte:
+        conditions.append(orders.c.created_at >= created_gte)
+    if created_lt:
+        conditions.append(orders.c.created_at < created_lt)
+    page = (select(orders).where(and_(*conditions)).order_by(orders.c.created_at.desc(), orders.c.id.desc())
+            .offset(offset).limit(limit + 1)).subquery()
+    counted = select(func.count()).where(rewards.c.order_id == page.c.id).scalar_subquery()
+    rows = conn.execute(select(page, counted.label("reward_count"))
+                        .order_by(page.c.created_at.desc(), page.c.id.desc())).all()
+    return rows[:limit], len(rows) > limit
+
+
+def status_counts(conn: Connection, org: str, *, since: datetime) -> dict[str, int]:
+    """{status: rewards created since `since`} (one scan of ix_rewards_org_created_status)."""
+    counts = dict(conn.execute(
+        select(rewards.c.status, func.count()).where(rewards.c.organization_id == org, rewards.c.created_at >= since)
+        .group_by(rewards.c.status)).all())
+    return {status: counts.get(status, 0) for status in REWARD_STATUSES}
+
+
+@dataclass
+class RewardHistory:
+    deliveries: list  # delivery jobs of the reward, oldest first
+    links: list  # redemption tokens issued: created_at, revoked_at (never the token)
+    payout: object | None
+
+
+def history(conn: Connection, reward_id: str) -> RewardHistory:
+    """What happened to one reward (the caller has checked it is the organization's)."""
+    deliveries = conn.execute(
+        select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.last_error, jobs.c.created_at, jobs.c.updated_at)
+        .where(jobs.c.reward_id == reward_id, jobs.c.kind == "deliver_reward").order_by(jobs.c.id)).all()
+    links = conn.execute(
+        select(redemption_tokens.c.created_at, redemption_tokens.c.revoked_at)
+        .where(redemption_tokens.c.reward_id == reward_id).order_by(redemption_tokens.c.created_at)).all()
+    payout = conn.execute(select(payouts.c.product_id, payouts.c.provider, payouts.c.created_at)
+                          .where(payouts.c.reward_id == reward_id)).first()
+    return RewardHistory(deliveries, links, payout)

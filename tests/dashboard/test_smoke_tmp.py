@@ -1,0 +1,5 @@
+def test_pages(admin):
+    for path in ("/dashboard", "/dashboard/send", "/dashboard/send/bulk", "/dashboard/orders", "/dashboard/rewards",
+                 "/dashboard/campaigns", "/dashboard/funding", "/dashboard/team", "/dashboard/developers"):
+        r = admin.get(path)
+        assert r.status_code == 200, (path, r.text[:3000])
