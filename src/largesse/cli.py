@@ -384,7 +384,8 @@ def products_import(path: Annotated[str, typer.Argument(help='JSON file {"produc
 
 
 def _register_domain_commands() -> None:
-    """worker/jobs (delivery) and inventory (redemption) live with their domains."""
+    """worker/jobs (delivery), inventory (redemption), members login-link (dashboard) live with their domains."""
+    from largesse.dashboard import cli as dashboard_cli
     from largesse.delivery import cli as delivery_cli
     from largesse.redemption import cli as redemption_cli
     from largesse.webhooks import cli as webhooks_cli
@@ -392,6 +393,7 @@ def _register_domain_commands() -> None:
     delivery_cli.register(app)
     redemption_cli.register(app)
     webhooks_cli.register(app)
+    dashboard_cli.register(members_app)
 
 
 _register_domain_commands()

@@ -17,3 +17,25 @@ document.addEventListener("submit", function (event) {
     }, 1000);
   }
 });
+
+// Campaign editor: refresh the two previews from what is typed, half a second after typing stops.
+(function () {
+  var form = document.getElementById("campaign-form");
+  if (!form) return;
+  var frames = [["preview-email", "/dashboard/campaigns/preview/email?"], ["preview-page", "/dashboard/campaigns/preview/page?"]];
+  var timer = null;
+  function refresh() {
+    var params = new URLSearchParams();
+    new FormData(form).forEach(function (value, key) {
+      if (key === "products" || key.indexOf("page_") === 0 || key.indexOf("email_") === 0) {
+        if (String(value).trim()) params.append(key, value);
+      }
+    });
+    frames.forEach(function (pair) {
+      var frame = document.getElementById(pair[0]);
+      if (frame) frame.src = pair[1] + params.toString();
+    });
+  }
+  form.addEventListener("input", function () { window.clearTimeout(timer); timer = window.setTimeout(refresh, 500); });
+  form.addEventListener("change", function () { window.clearTimeout(timer); timer = window.setTimeout(refresh, 200); });
+})();
