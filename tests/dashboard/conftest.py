@@ -79,3 +79,26 @@ def member_client(engine, server, org) -> httpx.Client:
     client = signed_in(engine, server.url, org.id, mid)
     yield client
     client.close()
+
+
+LINK = re.compile(r"(http://\S+/dashboard/signin/link\?token=[A-Za-z0-9_\-]+)")
+
+
+def deliver_mail(engine, settings) -> None:
+    """Run the delivery worker once, as `largesse worker --once` does."""
+    from largesse.delivery.worker import Worker
+
+    Worker(engine, settings).drain()
+
+
+def signin_links(settings, address: str) -> list[str]:
+    """Sign-in links mailed to address, oldest first (read from the Maildir)."""
+    import mailbox
+
+    found = []
+    box = mailbox.Maildir(settings.mail_dir, create=False)
+    for message in sorted(box, key=lambda m: m.get_date()):
+        if message["X-Largesse-Kind"] == "dashboard-signin" and address.lower() in message["To"].lower():
+            body = message.get_payload(decode=True).decode()
+            found += LINK.findall(body)
+    return found
