@@ -163,11 +163,11 @@ def read_csv(content: bytes, fields: list) -> Sheet:
 
 
 def build_rewards(sheet: Sheet, fields: list, *, products: list[str], campaign_id: str | None,
-                  message: str | None) -> None:
+                  message: str | None, method: str = "EMAIL") -> None:
     """Give each row its RewardIn, or the problems that kept it from being one."""
     ids = {f.label: f.id for f in fields}
     for row in sheet.rows:
         custom = [{"id": ids[label], "value": value} for label, value in row.values.items()]
         row.reward, row.problems = reward_in(name=row.name, email=row.email, amount_text=row.amount,
                                              products=products, campaign_id=campaign_id, message=message,
-                                             custom_fields=custom)
+                                             method=method, custom_fields=custom)

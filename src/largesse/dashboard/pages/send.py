@@ -83,18 +83,19 @@ def send_one(ctx):
 def bulk_form(ctx):
     with db.read(ctx.engine) as conn:
         choices = _choices(ctx, conn)
-    return ctx.render("bulk.html", title="Send rewards from a CSV file", errors=[], **choices)
+    return ctx.render("bulk.html", title="Send rewards from a CSV file", errors=[], methods=METHODS, **choices)
 
 
 @route(router, "POST", "/send/bulk", action="send")
 def bulk_upload(ctx):
     filename, content = ctx.form.files.get("file", ("", b""))
     options = {"products": ctx.form.getlist("products", max_length=20)[:100],
-               "campaign": ctx.form.get("campaign", max_length=20), "message": ctx.form.get("message", max_length=5000)}
+               "campaign": ctx.form.get("campaign", max_length=20), "message": ctx.form.get("message", max_length=5000),
+               "method": ctx.form.get("method", "EMAIL", max_length=10).upper()}
     if not content:
         with db.read(ctx.engine) as conn:
             choices = _choices(ctx, conn)
-        return ctx.render("bulk.html", 400, title="Send rewards from a CSV file",
+        return ctx.render("bulk.html", 400, title="Send rewards from a CSV file", methods=METHODS,
                           errors=["Choose a CSV file to upload."], **choices)
     upload_id = new_id()
     with db.write(ctx.engine) as conn:
@@ -118,7 +119,7 @@ def _prepare(ctx, upload_id: str):
     options = upload.options or {}
     sheet = bulk.read_csv(upload.content.encode("utf-8"), fields)
     bulk.build_rewards(sheet, fields, products=options.get("products") or [], campaign_id=options.get("campaign"),
-                       message=options.get("message") or None)
+                       message=options.get("message") or None, method=options.get("method") or "EMAIL")
     good = [r for r in sheet.rows if r.reward is not None]
     preview = None
     if good and not sheet.problems:
