@@ -180,6 +180,8 @@ def preview_page(ctx):
     html = redemption_templates.get_template("choose.html").render(
         theme=page.theme, page=page, error=None, selected=None, csrf_field="csrf_token", csrf_token="preview",
         any_available=any(o.available for o in page.options), sandbox=ctx.settings.sandbox)
+    # The frame is sandboxed without scripts: leave out the page's one script (a copy button).
+    html = html.replace('<script src="/static/redeem.js" defer></script>', "")
     csp = security.page_headers([security.style_hash(page.theme)])["Content-Security-Policy"]
     # Framed by the dashboard, and inert: the preview's form cannot be sent.
     return _framed(html, csp.replace("frame-ancestors 'none'", "frame-ancestors 'self'")
