@@ -16,7 +16,7 @@ import pytest
 
 from tests.dashboard.conftest import deliver_mail, signin_links
 from tests.factories import place
-from tests.redemption.conftest import browser, fake_ip  # noqa: F401 - the session browser fixture
+from tests.redemption.conftest import fake_ip
 
 ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
