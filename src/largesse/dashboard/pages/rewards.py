@@ -69,7 +69,7 @@ def show_order(ctx, order_id: str):
     with db.read(ctx.engine) as conn:
         order = access.owned(conn, ctx.viewer, orders, order_id)
         rows, more = browse.page_rewards(conn, ctx.viewer.organization_id, browse.RewardFilter(order_id=order.id),
-                                         offset=0, limit=500)
+                                         offset=0, limit=PAGE_SIZE)
     return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows, more=more)
 
 
@@ -84,7 +84,8 @@ def list_rewards(ctx):
     flt = browse.RewardFilter(
         status=status if status in browse.REWARD_STATUSES else None,
         delivery_status=delivery_status if delivery_status in browse.DELIVERY_STATUSES else None,
-        campaign_id=ctx.arg("campaign", max_length=20) or None, created_gte=gte, created_lt=lt,
+        campaign_id=ctx.arg("campaign", max_length=20) or None, order_id=ctx.arg("order", max_length=20) or None,
+        created_gte=gte, created_lt=lt,
         fields=[(label, value)] if label and value else [])
     with db.read(ctx.engine) as conn:
         rows, more = browse.page_rewards(conn, org, flt, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
