@@ -226,8 +226,9 @@ def test_pagination_is_in_the_database(admin, http, org):
     ok(http.post("/orders", json=many_rewards_body(org.member_email, [5] * 30)))
     first = admin.get("/dashboard/rewards")
     assert first.text.count('href="/dashboard/rewards/') == 25 and "Next page" in first.text
-    second = admin.get("/dashboard/rewards", params={"page": 2})
+    second = admin.get(re.search(r'href="([^"]+)" rel="next"', first.text).group(1).replace("&amp;", "&"))
     assert second.text.count('href="/dashboard/rewards/') == 5 and "Next page" not in second.text
+    assert "Newest" in second.text
 
 
 def test_funding_ledger_has_a_running_balance(admin, http, org):

@@ -94,12 +94,14 @@ def available(conn: Connection, funding_source_id: str) -> int:
 
 
 def balance_transactions(conn: Connection, organization_id: str, *, offset: int, limit: int,
-                         created_gte=None, created_lte=None):
+                         created_gte=None, created_lte=None, before_id: int | None = None):
     """Ledger entries of the organization, newest first, with their order's amounts
-    (GET /balance_transactions and the dashboard's Funding page)."""
+    (GET /balance_transactions; the dashboard's Funding page pages by `before_id`)."""
     from largesse.orders.models import orders
 
     conditions = [ledger_entries.c.organization_id == organization_id]
+    if before_id is not None:
+        conditions.append(ledger_entries.c.id < before_id)
     if created_gte is not None:
         conditions.append(ledger_entries.c.created_at >= created_gte)
     if created_lte is not None:

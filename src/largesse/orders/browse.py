@@ -1,8 +1,10 @@
 """Read queries for people browsing orders and rewards (the dashboard), scoped to the org.
 
-Lists are paged in the database and never counted: a page asks for one row more than it
-shows to know whether there is a next page, so its cost follows the page size, not the
-number of rewards in the organization (docs/dashboard.md has the measurements).
+Lists are paged in the database by keyset, newest first, and never counted: a page starts
+below the (created_at, id) of the previous page's last row (`before`) and asks for one row
+more than it shows to know whether there is a next page, so its cost follows the page size,
+not the number of rewards in the organization nor how deep the page is (an OFFSET would
+walk every row above it). docs/dashboard.md has the measurements.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, exists, func, select
+from sqlalchemy import Connection, and_, bindparam, exists, func, select, tuple_
 from sqlalchemy.orm import aliased
 
 from largesse.delivery.models import jobs
@@ -19,6 +21,21 @@ from largesse.redemption.models import payouts, redemption_tokens
 
 REWARD_STATUSES = ("ACTIVE", "REDEEMED", "CANCELED", "EXPIRED")
 DELIVERY_STATUSES = ("PENDING", "SCHEDULED", "SUCCEEDED", "FAILED")
+
+
+Cursor = tuple[datetime, str]  # (created_at, id) of the last row of the previous page
+
+
+def cursor_of(row) -> str:
+    return f"{row.created_at.isoformat()}~{row.id}"
+
+
+def parse_cursor(text: str) -> Cursor | None:
+    when, _, row_id = (text or "").partition("~")
+    try:
+        return (datetime.fromisoformat(when), row_id) if row_id and len(row_id) <= 64 else None
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -32,9 +49,11 @@ class RewardFilter:
     fields: list[tuple[str, str]] = field(default_factory=list)  # (label, value), all must match
 
 
-def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, offset: int, limit: int):
-    """(rows, has_more): rewards newest first matching flt."""
+def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Cursor | None, limit: int):
+    """(rows, has_more): rewards newest first matching flt, below the cursor `before`."""
     conditions = [rewards.c.organization_id == org]
+    if before is not None:
+        conditions.append(tuple_(rewards.c.created_at, rewards.c.id) < tuple_(*before))
     if flt.status:
         conditions.append(rewards.c.status == flt.status)
     if flt.delivery_status:
@@ -55,15 +74,17 @@ def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, offset: int, 
             value_row.c.reward_created_at == rewards.c.created_at, value_row.c.reward_id == rewards.c.id))
     rows = conn.execute(
         select(rewards).where(and_(*conditions)).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
-        .offset(offset).limit(limit + 1)
+        .limit(limit + 1)
     ).all()
     return rows[:limit], len(rows) > limit
 
 
 def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_gte: datetime | None,
-                created_lt: datetime | None, offset: int, limit: int):
-    """(rows, has_more): orders newest first, each with its number of rewards."""
+                created_lt: datetime | None, before: Cursor | None, limit: int):
+    """(rows, has_more): orders newest first below the cursor, each with its number of rewards."""
     conditions = [orders.c.organization_id == org]
+    if before is not None:
+        conditions.append(tuple_(orders.c.created_at, orders.c.id) < tuple_(*before))
     if campaign_id:
         conditions.append(orders.c.campaign_id == campaign_id)
     if created_gte:
@@ -71,7 +92,7 @@ def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_
     if created_lt:
         conditions.append(orders.c.created_at < created_lt)
     page = (select(orders).where(and_(*conditions)).order_by(orders.c.created_at.desc(), orders.c.id.desc())
-            .offset(offset).limit(limit + 1)).subquery()
+            .limit(limit + 1)).subquery()
     counted = select(func.count()).where(rewards.c.order_id == page.c.id).scalar_subquery()
     rows = conn.execute(select(page, counted.label("reward_count"))
                         .order_by(page.c.created_at.desc(), page.c.id.desc())).all()
@@ -79,11 +100,15 @@ def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_
 
 
 def status_counts(conn: Connection, org: str, *, since: datetime) -> dict[str, int]:
-    """{status: rewards created since `since`} (one scan of ix_rewards_org_created_status)."""
-    counts = dict(conn.execute(
-        select(rewards.c.status, func.count()).where(rewards.c.organization_id == org, rewards.c.created_at >= since)
-        .group_by(rewards.c.status)).all())
-    return {status: counts.get(status, 0) for status in REWARD_STATUSES}
+    """{status: rewards created since `since`}: one index-only range count per status
+    (ix_rewards_org_status_created), no sort and no table row read."""
+    return {status: conn.execute(_COUNT_SINCE, {"org": org, "status": status, "since": since}).scalar_one()
+            for status in REWARD_STATUSES}
+
+
+_COUNT_SINCE = select(func.count()).select_from(rewards).where(
+    rewards.c.organization_id == bindparam("org"), rewards.c.status == bindparam("status"),
+    rewards.c.created_at >= bindparam("since"))
 
 
 @dataclass

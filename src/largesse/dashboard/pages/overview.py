@@ -21,6 +21,6 @@ def overview(ctx):
         balances = funding.list_for(conn, org)
         counts = browse.status_counts(conn, org, since=month_start)
         recent, _ = browse.page_orders(conn, org, campaign_id=None, created_gte=None, created_lt=None,
-                                       offset=0, limit=5)
+                                       before=None, limit=5)
     return ctx.render("overview.html", title="Overview", balances=balances, counts=counts, recent=recent,
                       month=month_start.strftime("%B %Y"))

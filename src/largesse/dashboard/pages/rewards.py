@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
+from urllib.parse import urlencode
 
 from fastapi import APIRouter
 
@@ -19,7 +20,6 @@ from largesse.orders.models import orders, rewards
 
 router = APIRouter()
 PAGE_SIZE = 25
-MAX_PAGE = 10_000
 
 
 def _day(value: str) -> datetime | None:
@@ -29,19 +29,20 @@ def _day(value: str) -> datetime | None:
         return None
 
 
-def _page_number(ctx) -> int:
-    text = ctx.arg("page", "1", 6)
-    return min(int(text), MAX_PAGE) if text.isdigit() and int(text) > 0 else 1
+def _before(ctx):
+    """The keyset cursor of the page asked for (orders/browse.py), or None for the newest."""
+    return browse.parse_cursor(ctx.arg("before", max_length=100))
 
 
-def _pager(ctx, page: int, has_more: bool) -> dict:
-    params = {k: v for k, v in ctx.query.items() if k != "page" and v}
+def _pager(ctx, next_cursor: str | None) -> dict:
+    """Links to the newest page and to the next (older) one, keeping the filters."""
+    params = {k: v for k, v in ctx.query.items() if k != "before" and v}
 
-    def url(n: int) -> str:
-        from urllib.parse import urlencode
-        return f"{ctx.request.url.path}?{urlencode({**params, 'page': n})}"
+    def url(extra: dict) -> str:
+        return f"{ctx.request.url.path}?{urlencode({**params, **extra})}"
 
-    return {"page": page, "prev": url(page - 1) if page > 1 else None, "next": url(page + 1) if has_more else None}
+    return {"first": url({}) if ctx.arg("before") else None,
+            "next": url({"before": next_cursor}) if next_cursor else None}
 
 
 def _date_range(ctx) -> tuple[datetime | None, datetime | None, str, str]:
@@ -53,14 +54,14 @@ def _date_range(ctx) -> tuple[datetime | None, datetime | None, str, str]:
 @route(router, "GET", "/orders")
 def list_orders(ctx):
     org = ctx.viewer.organization_id
-    page = _page_number(ctx)
     gte, lt, start, end = _date_range(ctx)
     campaign_id = ctx.arg("campaign", max_length=20) or None
     with db.read(ctx.engine) as conn:
         rows, more = browse.page_orders(conn, org, campaign_id=campaign_id, created_gte=gte, created_lt=lt,
-                                        offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+                                        before=_before(ctx), limit=PAGE_SIZE)
         campaigns = campaigns_service.list_for(conn, org)
-    return ctx.render("orders.html", title="Orders", rows=rows, pager=_pager(ctx, page, more), campaigns=campaigns,
+    pager = _pager(ctx, browse.cursor_of(rows[-1]) if more else None)
+    return ctx.render("orders.html", title="Orders", rows=rows, pager=pager, campaigns=campaigns,
                       campaign_id=campaign_id or "", start=start, end=end)
 
 
@@ -69,14 +70,14 @@ def show_order(ctx, order_id: str):
     with db.read(ctx.engine) as conn:
         order = access.owned(conn, ctx.viewer, orders, order_id)
         rows, more = browse.page_rewards(conn, ctx.viewer.organization_id, browse.RewardFilter(order_id=order.id),
-                                         offset=0, limit=PAGE_SIZE)
-    return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows, more=more)
+                                         before=None, limit=PAGE_SIZE)
+    return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows,
+                      more=browse.cursor_of(rows[-1]) if more else None)
 
 
 @route(router, "GET", "/rewards")
 def list_rewards(ctx):
     org = ctx.viewer.organization_id
-    page = _page_number(ctx)
     gte, lt, start, end = _date_range(ctx)
     status = ctx.arg("status", max_length=10).upper()
     delivery_status = ctx.arg("delivery", max_length=10).upper()
@@ -88,10 +89,11 @@ def list_rewards(ctx):
         created_gte=gte, created_lt=lt,
         fields=[(label, value)] if label and value else [])
     with db.read(ctx.engine) as conn:
-        rows, more = browse.page_rewards(conn, org, flt, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+        rows, more = browse.page_rewards(conn, org, flt, before=_before(ctx), limit=PAGE_SIZE)
         campaigns = campaigns_service.list_for(conn, org)
         fields = fields_service.list_for(conn, org)
-    return ctx.render("rewards.html", title="Rewards", rows=rows, pager=_pager(ctx, page, more), flt=flt,
+    pager = _pager(ctx, browse.cursor_of(rows[-1]) if more else None)
+    return ctx.render("rewards.html", title="Rewards", rows=rows, pager=pager, flt=flt,
                       campaigns=campaigns, fields=fields, statuses=browse.REWARD_STATUSES,
                       delivery_statuses=browse.DELIVERY_STATUSES, start=start, end=end, label=label, value=value)
 

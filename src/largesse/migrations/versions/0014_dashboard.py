@@ -1,4 +1,4 @@
-"""The dashboard: sign-in links, sessions, uploaded CSV files; an index for its overview
+"""The dashboard: sign-in links, sessions, uploaded CSV files; indexes for its lists
 
 Revision ID: 0014
 Revises: 0009
@@ -58,12 +58,15 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_dashboard_uploads")),
     )
     op.create_index("ix_dashboard_uploads_org", "dashboard_uploads", ["organization_id", "created_at"])
-    # The overview counts this month's rewards by status from the index alone.
-    op.create_index("ix_rewards_org_created_status", "rewards", ["organization_id", "created_at", "status"])
+    # The overview counts this month's rewards of each status from the index alone, and a list
+    # filtered by a status (or by an order) walks only its own rows, newest first.
+    op.create_index("ix_rewards_org_status_created", "rewards", ["organization_id", "status", "created_at"])
+    op.create_index("ix_rewards_order_created", "rewards", ["order_id", "created_at"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_rewards_org_created_status", table_name="rewards")
+    op.drop_index("ix_rewards_order_created", table_name="rewards")
+    op.drop_index("ix_rewards_org_status_created", table_name="rewards")
     op.drop_index("ix_dashboard_uploads_org", table_name="dashboard_uploads")
     op.drop_table("dashboard_uploads")
     op.drop_index("ix_dashboard_sessions_member", table_name="dashboard_sessions")
