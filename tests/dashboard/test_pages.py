@@ -223,7 +223,11 @@ def test_reward_filters(admin, http, org):
 def test_pagination_is_in_the_database(admin, http, org):
     from tests.factories import many_rewards_body
 
-    ok(http.post("/orders", json=many_rewards_body(org.member_email, [5] * 30)))
+    order = ok(http.post("/orders", json=many_rewards_body(org.member_email, [5] * 30)))["order"]
+    page = admin.get(f"/dashboard/orders/{order['id']}").text
+    assert page.count('href="/dashboard/rewards/') == 25
+    rest = admin.get(re.search(r'href="([^"]+)" rel="next"', page).group(1).replace("&amp;", "&")).text
+    assert rest.count('href="/dashboard/rewards/') == 5 and f"Order {order['id']}" in rest
     first = admin.get("/dashboard/rewards")
     assert first.text.count('href="/dashboard/rewards/') == 25 and "Next page" in first.text
     second = admin.get(re.search(r'href="([^"]+)" rel="next"', first.text).group(1).replace("&amp;", "&"))

@@ -43,7 +43,6 @@ class RewardFilter:
     status: str | None = None  # one of REWARD_STATUSES
     delivery_status: str | None = None
     campaign_id: str | None = None
-    order_id: str | None = None
     created_gte: datetime | None = None
     created_lt: datetime | None = None
     fields: list[tuple[str, str]] = field(default_factory=list)  # (label, value), all must match
@@ -60,8 +59,6 @@ def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Curso
         conditions.append(rewards.c.delivery_status == flt.delivery_status)
     if flt.campaign_id:
         conditions.append(rewards.c.campaign_id == flt.campaign_id)
-    if flt.order_id:
-        conditions.append(rewards.c.order_id == flt.order_id)
     if flt.created_gte:
         conditions.append(rewards.c.created_at >= flt.created_gte)
     if flt.created_lt:
@@ -76,6 +73,17 @@ def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Curso
         select(rewards).where(and_(*conditions)).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
         .limit(limit + 1)
     ).all()
+    return rows[:limit], len(rows) > limit
+
+
+def page_order_rewards(conn: Connection, order_id: str, *, before: Cursor | None, limit: int):
+    """(rows, has_more): one order's rewards, newest first, through ix_rewards_order (an order
+    has at most a few thousand). The caller has checked that the order is the organization's."""
+    conditions = [rewards.c.order_id == order_id]
+    if before is not None:
+        conditions.append(tuple_(rewards.c.created_at, rewards.c.id) < tuple_(*before))
+    rows = conn.execute(select(rewards).where(*conditions).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
+                        .limit(limit + 1)).all()
     return rows[:limit], len(rows) > limit
 
 

@@ -68,7 +68,6 @@ rewards = Table(
     Index("ix_rewards_order", "order_id"),
     Index("ix_rewards_org_created", "organization_id", "created_at"),
     Index("ix_rewards_org_status_created", "organization_id", "status", "created_at"),  # dashboard lists
-    Index("ix_rewards_order_created", "order_id", "created_at"),  # dashboard: an order's rewards
     Index("ix_rewards_expiry", "status", "expires_at"),
 )
 

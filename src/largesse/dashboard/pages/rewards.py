@@ -69,10 +69,9 @@ def list_orders(ctx):
 def show_order(ctx, order_id: str):
     with db.read(ctx.engine) as conn:
         order = access.owned(conn, ctx.viewer, orders, order_id)
-        rows, more = browse.page_rewards(conn, ctx.viewer.organization_id, browse.RewardFilter(order_id=order.id),
-                                         before=None, limit=PAGE_SIZE)
+        rows, more = browse.page_order_rewards(conn, order.id, before=_before(ctx), limit=PAGE_SIZE)
     return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows,
-                      more=browse.cursor_of(rows[-1]) if more else None)
+                      pager=_pager(ctx, browse.cursor_of(rows[-1]) if more else None))
 
 
 @route(router, "GET", "/rewards")
@@ -85,8 +84,7 @@ def list_rewards(ctx):
     flt = browse.RewardFilter(
         status=status if status in browse.REWARD_STATUSES else None,
         delivery_status=delivery_status if delivery_status in browse.DELIVERY_STATUSES else None,
-        campaign_id=ctx.arg("campaign", max_length=20) or None, order_id=ctx.arg("order", max_length=20) or None,
-        created_gte=gte, created_lt=lt,
+        campaign_id=ctx.arg("campaign", max_length=20) or None, created_gte=gte, created_lt=lt,
         fields=[(label, value)] if label and value else [])
     with db.read(ctx.engine) as conn:
         rows, more = browse.page_rewards(conn, org, flt, before=_before(ctx), limit=PAGE_SIZE)

@@ -59,13 +59,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_dashboard_uploads_org", "dashboard_uploads", ["organization_id", "created_at"])
     # The overview counts this month's rewards of each status from the index alone, and a list
-    # filtered by a status (or by an order) walks only its own rows, newest first.
+    # filtered by a status walks only its own rows, newest first.
     op.create_index("ix_rewards_org_status_created", "rewards", ["organization_id", "status", "created_at"])
-    op.create_index("ix_rewards_order_created", "rewards", ["order_id", "created_at"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_rewards_order_created", table_name="rewards")
     op.drop_index("ix_rewards_org_status_created", table_name="rewards")
     op.drop_index("ix_dashboard_uploads_org", table_name="dashboard_uploads")
     op.drop_table("dashboard_uploads")
