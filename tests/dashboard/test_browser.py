@@ -160,9 +160,9 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_role("button", name="Create API key").click()
     key = page.get_by_label("Your new API key").input_value()
     assert key.startswith("LRG_SANDBOX_")
-    check(page, "developers")
     page.get_by_role("button", name=f"Revoke key {key[:16]}").click()
     page.get_by_text("API key revoked").wait_for()
+    check(page, "developers")
     import httpx
 
     assert httpx.get(f"{base}/api/v2/orders", headers={"Authorization": f"Bearer {key}"}).status_code == 401

@@ -164,3 +164,21 @@ def test_cli_login_link(cli, engine, server, org):
         assert client.get("/dashboard").status_code == 200
     refused = cli("members", "login-link", "--org", org.id, "--email", "stranger@example.com", check=False)
     assert refused.returncode == 1 and "no active member" in refused.stderr
+
+
+def test_idle_and_absolute_expiry(engine, server, org):
+    from datetime import timedelta
+
+    from largesse.dashboard.models import sessions
+
+    mid = member_id(engine, org.id, org.member_email)
+    for column, age in (("last_seen_at", signin.IDLE), ("expires_at", timedelta(0))):
+        client = signed_in(engine, server.url, org.id, mid)
+        assert client.get("/dashboard").status_code == 200
+        id_hash = signin.hash_secret(client.cookies.get("largesse_session"))
+        with db.write(engine) as conn:
+            row = conn.execute(sessions.select().where(sessions.c.id_hash == id_hash)).first()
+            conn.execute(update(sessions).where(sessions.c.id_hash == id_hash)
+                         .values(**{column: row.created_at - age - timedelta(seconds=1)}))
+        assert client.get("/dashboard").status_code == 303, column
+        client.close()
