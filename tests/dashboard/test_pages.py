@@ -333,3 +333,20 @@ def test_member_of_other_org_sees_only_their_org(engine, server, org, other_org,
     assert "No orders yet" in text_of(client.get("/dashboard").text)
     assert "No rewards match" in client.get("/dashboard/rewards").text
     client.close()
+
+
+def test_bad_bytes_get_an_answer_not_an_error(admin, server):
+    from tests.dashboard.conftest import page_client
+
+    nul = upload(admin, "name,email,amount\nA\x00,a@example.com,5\n")
+    assert nul.status_code == 400 and "not a CSV text file" in text_of(nul.text)
+    latin = post(admin, "/dashboard/send/bulk", "/dashboard/send/bulk", {},
+                 files={"file": ("x.csv", "name,email,amount\nJos\xe9,a@example.com,5\n".encode("latin-1"),
+                                 "text/csv")})
+    assert latin.status_code == 400 and "not UTF-8" in text_of(latin.text)
+    with page_client(server.url) as client:
+        form = client.get("/dashboard/signin")
+        response = client.post("/dashboard/signin",
+                               data={"csrf_token": csrf_of(form.text), "email": "a\x00b@example.com"})
+        assert response.status_code == 200
+    assert admin.get("/dashboard/rewards", params={"field": "x\x00", "value": "y\x00"}).status_code == 200

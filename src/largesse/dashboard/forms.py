@@ -39,10 +39,15 @@ class Form:
 
     def get(self, name: str, default: str = "", max_length: int = 1000) -> str:
         items = self.values.get(name)
-        return items[0].strip()[:max_length] if items else default
+        return clean(items[0])[:max_length] if items else default
 
     def getlist(self, name: str, max_length: int = 1000) -> list[str]:
-        return [v.strip()[:max_length] for v in self.values.get(name, []) if v.strip()]
+        return [clean(v)[:max_length] for v in self.values.get(name, []) if clean(v)]
+
+
+def clean(value: str) -> str:
+    """Without NUL characters (no database column can hold one) and surrounding spaces."""
+    return value.replace("\x00", "").strip()
 
 
 async def read_form(request: Request) -> Form:

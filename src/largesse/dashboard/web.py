@@ -64,7 +64,7 @@ class Ctx:
         return self.request.query_params
 
     def arg(self, name: str, default: str = "", max_length: int = 200) -> str:
-        return (self.request.query_params.get(name) or default).strip()[:max_length]
+        return forms.clean(self.request.query_params.get(name) or default)[:max_length]
 
     def render(self, template: str, status: int = 200, *, headers: dict | None = None, **context) -> HTMLResponse:
         who = self.viewer

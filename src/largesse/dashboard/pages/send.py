@@ -92,19 +92,32 @@ def bulk_upload(ctx):
     options = {"products": ctx.form.getlist("products", max_length=20)[:100],
                "campaign": ctx.form.get("campaign", max_length=20), "message": ctx.form.get("message", max_length=5000),
                "method": ctx.form.get("method", "EMAIL", max_length=10).upper()}
-    if not content:
+    problem = _file_problem(content)
+    if problem:
         with db.read(ctx.engine) as conn:
             choices = _choices(ctx, conn)
         return ctx.render("bulk.html", 400, title="Send rewards from a CSV file", methods=METHODS,
-                          errors=["Choose a CSV file to upload."], **choices)
+                          errors=[problem], **choices)
     upload_id = new_id()
     with db.write(ctx.engine) as conn:
         conn.execute(uploads.insert().values(
             id=upload_id, organization_id=ctx.viewer.organization_id, member_id=ctx.viewer.member_id,
             filename=(filename or "upload.csv")[:200], sha256=bulk.digest(content),
-            content=content.decode("utf-8-sig", "replace"), rows=content.count(b"\n"), options=options,
+            content=content.decode("utf-8-sig"), rows=content.count(b"\n"), options=options,
             created_at=utcnow()))
     return ctx.redirect(f"/dashboard/send/bulk/{upload_id}")
+
+
+def _file_problem(content: bytes) -> str | None:
+    if not content:
+        return "Choose a CSV file to upload."
+    try:
+        text = content.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return "The file is not UTF-8 text. Save it as CSV (UTF-8) and upload it again."
+    if "\x00" in text:
+        return "The file is not a CSV text file."
+    return None
 
 
 def _prepare(ctx, upload_id: str):
