@@ -107,16 +107,22 @@ def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_
     return rows[:limit], len(rows) > limit
 
 
+COUNT_CAP = 10_000
+
+
 def status_counts(conn: Connection, org: str, *, since: datetime) -> dict[str, int]:
-    """{status: rewards created since `since`}: one index-only range count per status
-    (ix_rewards_org_status_created), no sort and no table row read."""
+    """{status: rewards created since `since`}, each counted up to COUNT_CAP + 1 (a page shows
+    "more than 10,000"): index-only range scans of ix_rewards_org_status_created whose cost is
+    bounded whatever the organization's volume; a full count of 100,000 index entries alone
+    took most of the 50 ms budget."""
     return {status: conn.execute(_COUNT_SINCE, {"org": org, "status": status, "since": since}).scalar_one()
             for status in REWARD_STATUSES}
 
 
-_COUNT_SINCE = select(func.count()).select_from(rewards).where(
-    rewards.c.organization_id == bindparam("org"), rewards.c.status == bindparam("status"),
-    rewards.c.created_at >= bindparam("since"))
+_COUNT_SINCE = select(func.count()).select_from(
+    select(rewards.c.created_at).where(  # a column of the index: no table row is read
+        rewards.c.organization_id == bindparam("org"), rewards.c.status == bindparam("status"),
+        rewards.c.created_at >= bindparam("since")).limit(COUNT_CAP + 1).subquery())
 
 
 @dataclass
