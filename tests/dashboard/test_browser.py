@@ -147,7 +147,8 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_label("Campaign name").fill("Thank you")
     page.get_by_label("Page headline").fill("Thanks a lot")
     page.get_by_label("Northwind Books").check()
-    page.frame_locator("#preview-page").get_by_text("Thanks a lot").wait_for()  # the live preview followed
+    page.frame_locator("#preview-page").get_by_text("Thanks a lot").wait_for()  # the live previews followed
+    page.frame_locator("#preview-email").get_by_role("heading", name="Thanks a lot").wait_for()
     check(page, "campaign")
     page.get_by_role("button", name="Save campaign").click()
     page.get_by_text("Campaign saved").wait_for()

@@ -200,4 +200,4 @@ def preview_email(ctx):
     html = message.get_body(preferencelist=("html",)).get_content()
     # An email's HTML carries inline styles, as mail clients need: allowed in this sandboxed frame only.
     return _framed(html, "default-src 'none'; style-src 'unsafe-inline'; img-src https: http: data:; "
-                         "frame-ancestors 'self'; sandbox")
+                         "frame-ancestors 'self'")
