@@ -229,16 +229,16 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     from largesse.fraud.endpoints import router as fraud_router
     from largesse.funding.endpoints import router as funding_router
     from largesse.funding.transactions import router as transactions_router
-    from largesse.orders.approval_endpoints import router as approvals_router
     from largesse.invoices.endpoints import router as invoices_router
+    from largesse.orders.approval_endpoints import router as approvals_router
     from largesse.orders.endpoints import router as orders_router
     from largesse.orgs.endpoints import router as orgs_router
     from largesse.redemption.endpoints import TOKEN_PATH as REDEEM_TOKEN_PATH
     from largesse.redemption.endpoints import not_found_page as redemption_not_found
     from largesse.redemption.endpoints import router as redemption_router
-    from largesse.topups.endpoints import router as topups_router
     from largesse.reports.endpoints import download_router as report_download_router
     from largesse.reports.endpoints import router as reports_router
+    from largesse.topups.endpoints import router as topups_router
     from largesse.webhooks.endpoints import router as webhooks_router
 
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
@@ -254,6 +254,9 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     app.include_router(connect_pages.router)  # /connect/{token}: connected members' sign-in page
     paths.serve_html_404(app, "/connect/", connect_pages.not_found_page, valid=connect_pages.TOKEN_PATH)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    from largesse.dashboard import router as dashboard
+
+    dashboard.install(app)  # /dashboard: the organization's web pages (dashboard/)
     _document_self_parsed_bodies(app)
 
     @app.get("/healthz", include_in_schema=False)

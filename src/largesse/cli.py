@@ -413,11 +413,12 @@ def products_import(path: Annotated[str, typer.Argument(help='JSON file {"produc
 
 
 def _register_domain_commands() -> None:
-    """worker/jobs (delivery) and inventory (redemption) live with their domains."""
+    """worker/jobs (delivery), inventory (redemption), members login-link (dashboard) live with their domains."""
+    from largesse.dashboard import cli as dashboard_cli
     from largesse.delivery import cli as delivery_cli
-    from largesse.orders import cli as orders_cli
     from largesse.forex import cli as forex_cli
     from largesse.invoices import cli as invoices_cli
+    from largesse.orders import cli as orders_cli
     from largesse.redemption import cli as redemption_cli
     from largesse.topups import cli as topups_cli
     from largesse.webhooks import cli as webhooks_cli
@@ -429,6 +430,7 @@ def _register_domain_commands() -> None:
     topups_cli.register(app)
     invoices_cli.register(app)
     forex_cli.register(app)
+    dashboard_cli.register(members_app)
 
 
 _register_domain_commands()

@@ -22,6 +22,7 @@ from sqlalchemy import select, update
 from largesse import db
 from largesse.campaigns import service as campaigns_service
 from largesse.config import Settings
+from largesse.dashboard import signin as dashboard_signin
 from largesse.delivery import compose, service
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.transport import DeliveryError, sandbox_outcome
@@ -109,6 +110,8 @@ def run_claimed(ctx: Context, item: Claimed) -> str:
             return deliver_webhook(ctx, job)
         if job.kind == "generate_report":
             return generate_report(ctx, job)
+        if job.kind == dashboard_signin.JOB_KIND:  # the dashboard's sign-in email
+            return dashboard_signin.send_signin_email(ctx, job)
         raise DeliveryError(f"unknown job kind {job.kind!r}", permanent=True)
     except DeliveryError as exc:
         return fail(ctx, job, str(exc), permanent=exc.permanent)

@@ -111,6 +111,34 @@ def list_for(conn: Connection, organization_id: str):
     ).all()
 
 
+def available(conn: Connection, funding_source_id: str) -> int:
+    return conn.execute(select(funding_sources.c.available_cents).where(funding_sources.c.id == funding_source_id)
+                        ).scalar_one()
+
+
+def balance_transactions(conn: Connection, organization_id: str, *, offset: int, limit: int,
+                         created_gte=None, created_lte=None, before_id: int | None = None):
+    """Ledger entries of the organization, newest first, with their order's amounts
+    (GET /balance_transactions; the dashboard's Funding page pages by `before_id`)."""
+    from largesse.orders.models import orders
+
+    conditions = [ledger_entries.c.organization_id == organization_id]
+    if before_id is not None:
+        conditions.append(ledger_entries.c.id < before_id)
+    if created_gte is not None:
+        conditions.append(ledger_entries.c.created_at >= created_gte)
+    if created_lte is not None:
+        conditions.append(ledger_entries.c.created_at <= created_lte)
+    return conn.execute(
+        select(ledger_entries, funding_sources.c.currency_code, orders.c.external_id,
+               orders.c.subtotal_cents, orders.c.total_cents, orders.c.fees_cents, orders.c.fx_currency_code,
+               orders.c.fx_rate, orders.c.fx_rate_date, orders.c.fx_total_cents)
+        .join(funding_sources, funding_sources.c.id == ledger_entries.c.funding_source_id)
+        .outerjoin(orders, orders.c.id == ledger_entries.c.order_id)
+        .where(*conditions).order_by(ledger_entries.c.id.desc()).offset(offset).limit(limit)
+    ).all()
+
+
 def debit(conn: Connection, *, funding_source_id: str, organization_id: str, amount_cents: int, kind: str,
           order_id: str | None = None, reward_id: str | None = None, memo: str | None = None) -> int:
     """Take amount_cents from the balance or raise 402; returns the balance after.

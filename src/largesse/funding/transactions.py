@@ -9,14 +9,12 @@ values answer 422, the status list_balance_transactions' client decodes (API.md 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from sqlalchemy import select
 
 from largesse import db
 from largesse.auth import CallerDep
 from largesse.errors import ApiError, Unprocessable
-from largesse.funding.models import funding_sources, ledger_entries
+from largesse.funding import service
 from largesse.money import format_amount, to_wire
-from largesse.orders.models import orders
 from largesse.timeutil import iso
 from largesse.web import EngineDep, int_param, json_response, timestamp_param
 
@@ -56,22 +54,11 @@ def list_balance_transactions(request: Request, caller: CallerDep, engine: Engin
     created_at[gte], created_at[lte] (ISO 8601). Invalid values: 422."""
     offset = _unprocessable(int_param, request, "offset", 0, low=0)
     limit = _unprocessable(int_param, request, "limit", 10, low=1, high=500)
-    conditions = [ledger_entries.c.organization_id == caller.organization_id]
     gte = _unprocessable(timestamp_param, request, "created_at[gte]")
     lte = _unprocessable(timestamp_param, request, "created_at[lte]")
-    if gte is not None:
-        conditions.append(ledger_entries.c.created_at >= gte)
-    if lte is not None:
-        conditions.append(ledger_entries.c.created_at <= lte)
     with db.read(engine) as conn:
-        rows = conn.execute(
-            select(ledger_entries, funding_sources.c.currency_code, orders.c.external_id,
-                   orders.c.subtotal_cents, orders.c.total_cents, orders.c.fees_cents, orders.c.fx_currency_code,
-                   orders.c.fx_rate, orders.c.fx_rate_date, orders.c.fx_total_cents)
-            .join(funding_sources, funding_sources.c.id == ledger_entries.c.funding_source_id)
-            .outerjoin(orders, orders.c.id == ledger_entries.c.order_id)
-            .where(*conditions).order_by(ledger_entries.c.id.desc()).offset(offset).limit(limit)
-        ).all()
+        rows = service.balance_transactions(conn, caller.organization_id, offset=offset, limit=limit,
+                                            created_gte=gte, created_lte=lte)
     transactions = []
     for row in rows:
         item = {

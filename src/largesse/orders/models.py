@@ -85,6 +85,7 @@ rewards = Table(
     Column("charged_cents", BigInteger, nullable=True),
     Index("ix_rewards_order", "order_id"),
     Index("ix_rewards_org_created", "organization_id", "created_at"),
+    Index("ix_rewards_org_status_created", "organization_id", "status", "created_at"),  # dashboard lists
     Index("ix_rewards_expiry", "status", "expires_at"),
 )
 

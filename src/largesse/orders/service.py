@@ -27,7 +27,7 @@ from largesse.catalog import service as catalog
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
-from largesse.errors import ApiError, BadRequest, Conflict, payload_from
+from largesse.errors import ApiError, BadRequest, Conflict, NotFound, payload_from
 from largesse.fields import service as fields_service
 from largesse.fields.models import fields as _fields
 from largesse.forex import conversion
@@ -91,21 +91,77 @@ def request_hash(body: CreateOrderIn) -> str:
 
 
 def place_order(engine: Engine, *, settings: Settings, credentials: Credentials, body: CreateOrderIn) -> PlacedOrder:
-    fingerprint = request_hash(body)
-    reward_inputs = [(("reward",), body.reward)] if body.reward is not None else [
+    """POST /orders: the order of the API key's organization."""
+
+    def caller_of(conn: Connection):
+        context = conn.execute(_CONTEXT, {"key_hash": credentials.key_hash}).first()
+        return context, auth.caller_from(context, credentials)
+
+    return _place(engine, settings, body, caller_of, channel="API")
+
+
+def place_order_as_member(engine: Engine, *, settings: Settings, organization_id: str, body: CreateOrderIn,
+                          channel: str = "UI") -> PlacedOrder:
+    """The same order, placed by a signed-in member of the organization (the dashboard):
+    same validation, transaction, replay rule and webhooks as POST /orders."""
+    return _place(engine, settings, body, lambda conn: _member_caller(conn, organization_id), channel=channel)
+
+
+def preview_order_as_member(engine: Engine, *, settings: Settings, organization_id: str,
+                            body: CreateOrderIn) -> OrderPreview:
+    """What place_order_as_member would do with body, without doing it: every problem of
+    every reward (the API's own checks and messages), and the cost of the valid rewards."""
+    reward_inputs = _reward_inputs(body)
+    with db.read(engine) as conn:
+        context, caller = _member_caller(conn, organization_id)
+        try:
+            plan = _plan(conn, settings=settings, caller=caller, context=context, body=body,
+                         reward_inputs=reward_inputs, channel="UI")
+        except ApiError as exc:  # before any reward: e.g. the payment's funding source
+            return OrderPreview(problems=[((), exc.message)], subtotal_cents=0, fees_cents=0,
+                                available_cents=0, currency_code=caller.currency_code)
+        available = funding.available(conn, plan.funding_source_id)
+    problems = plan.errors.not_found + plan.errors.items
+    bad = {loc[1] for loc, _ in problems if len(loc) > 1 and loc[0] == "rewards"}
+    valid = [r for i, r in enumerate(plan.reward_rows) if i not in bad]
+    return OrderPreview(problems=problems, subtotal_cents=sum(r["denomination_cents"] for r in valid),
+                        fees_cents=sum(r["fee_cents"] for r in valid), available_cents=available,
+                        currency_code=plan.order_row["currency_code"])
+
+
+@dataclass
+class OrderPreview:
+    problems: list[tuple[tuple, str]]  # (loc as in the API's error payload, message)
+    subtotal_cents: int
+    fees_cents: int
+    available_cents: int
+    currency_code: str
+
+    @property
+    def total_cents(self) -> int:
+        return self.subtotal_cents + self.fees_cents
+
+
+def _reward_inputs(body: CreateOrderIn) -> list[tuple[tuple, RewardIn]]:
+    return [(("reward",), body.reward)] if body.reward is not None else [
         (("rewards", i), r) for i, r in enumerate(body.rewards or [])
     ]
+
+
+def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *, channel: str) -> PlacedOrder:
+    fingerprint = request_hash(body)
+    reward_inputs = _reward_inputs(body)
     try:
         with db.write(engine) as conn:
-            context = conn.execute(_CONTEXT, {"key_hash": credentials.key_hash}).first()
-            caller = auth.caller_from(context, credentials)
+            context, caller = caller_of(conn)
             org = caller.organization_id
             if body.external_id is not None:
                 replay = _replay(conn, org, body.external_id, fingerprint)
                 if replay is not None:
                     return replay
             plan = _plan(conn, settings=settings, caller=caller, context=context, body=body,
-                         reward_inputs=reward_inputs)
+                         reward_inputs=reward_inputs, channel=channel)
+            plan.errors.raise_any()
             links = _write(conn, plan, fingerprint, body.external_id, has_webhook=context.has_webhook)
     except IntegrityError:
         if body.external_id is None:
@@ -145,6 +201,37 @@ _CONTEXT = (
                                       _funding_sources.c.currency_code == _organizations.c.currency_code))
     .where(_api_keys.c.key_hash == bindparam("key_hash"), _api_keys.c.revoked_at.is_(None))
 )
+# The same context for a member of an organization (the dashboard), who holds no API key.
+_ORG_CONTEXT = (
+    select(
+        _organizations.c.id.label("org_id"), _organizations.c.currency_code,
+        _organizations.c.fee_basis_points, _organizations.c.fee_flat_cents, _organizations.c.reward_expiry_days,
+        _organizations.c.environment,
+        _funding_sources.c.id.label("balance_id"),
+        _funding_sources.c.currency_code.label("balance_currency"),
+        exists().where(_webhooks.c.organization_id == _organizations.c.id).label("has_webhook"),
+        exists().where(_fields.c.organization_id == _organizations.c.id, _fields.c.required.is_(True))
+        .label("has_required_fields"),
+        _organizations.c.approval_mode, _organizations.c.approval_above_cents,
+    )
+    .select_from(_organizations)
+    .outerjoin(_funding_sources, and_(_funding_sources.c.organization_id == _organizations.c.id,
+                                      _funding_sources.c.method == "balance",
+                                      _funding_sources.c.currency_code == _organizations.c.currency_code))
+    .where(_organizations.c.id == bindparam("org"))
+)
+
+
+def _member_caller(conn: Connection, organization_id: str):
+    context = conn.execute(_ORG_CONTEXT, {"org": organization_id}).first()
+    if context is None:
+        raise NotFound(f"Organization {organization_id} not found", {"organization_id": ["not found"]})
+    return context, Caller(
+        organization_id=context.org_id, currency_code=context.currency_code,
+        fee_basis_points=context.fee_basis_points, fee_flat_cents=context.fee_flat_cents,
+        reward_expiry_days=context.reward_expiry_days, permission="read_write", key_id="")
+
+
 _BY_EXTERNAL_ID = select(orders).where(
     orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
 _INSERT_ORDER = orders.insert()
@@ -174,10 +261,11 @@ class _Plan:
     job_rows: list[dict]
     link_reward_ids: list[str]
     funding_source_id: str
+    errors: _Errors  # raised by the caller (_place); a preview reads them instead
 
 
 def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body: CreateOrderIn,
-          reward_inputs: list[tuple[tuple, RewardIn]]) -> _Plan:
+          reward_inputs: list[tuple[tuple, RewardIn]], channel: str = "API") -> _Plan:
     org = caller.organization_id
     errors = _Errors()
     named_currencies = {r.value.currency_code.upper() for _, r in reward_inputs if r.value.currency_code}
@@ -301,11 +389,9 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
             run_after = datetime.combine(r.deliver_at, datetime.min.time()) if scheduled else now
             job_rows.append(job_queue.queued_row(kind="deliver_reward", organization_id=org, reward_id=reward_id,
                                                  run_after=run_after, now=now))
-    errors.raise_any()
-
     # An order that needs approval is paid now (held in pending_cents) and delivered at approval.
     status = "EXECUTED"
-    if approvals.needs_approval(context.approval_mode, context.approval_above_cents, channel="API",
+    if approvals.needs_approval(context.approval_mode, context.approval_above_cents, channel=channel,
                                 total_cents=subtotal + fees):
         status = approvals.PENDING
         job_rows, link_ids = [], []
@@ -315,7 +401,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
     order_row = {
         "id": order_id, "organization_id": org, "external_id": body.external_id, "request_hash": None,
         "campaign_id": order_campaigns.pop() if len(order_campaigns) == 1 else None,
-        "status": status, "channel": "API", "funding_source_id": balance_id, "currency_code": currency,
+        "status": status, "channel": channel, "funding_source_id": balance_id, "currency_code": currency,
         "subtotal_cents": subtotal, "fees_cents": fees, "discount_cents": 0, "total_cents": subtotal + fees,
         "refund_cents": 0, "created_at": now,
     }
@@ -323,7 +409,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
         order_row.update(fx_currency_code=fx.source, fx_rate=str(fx.rate), fx_rate_date=fx.rate_date,
                          fx_subtotal_cents=fx_subtotal, fx_fees_cents=fx_fees,
                          fx_total_cents=fx_subtotal + fx_fees)
-    return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, balance_id)
+    return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, balance_id, errors)
 
 
 def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) -> list[tuple]:

@@ -241,3 +241,12 @@ def organization_to_wire(row) -> dict:
     """API.md §3 Organization: created_at is a date; Largesse approves organizations at creation."""
     return {"id": row.id, "name": row.name, "website": row.website or "", "currency_code": row.currency_code,
             "status": "APPROVED", "created_at": row.created_at.date().isoformat()}
+
+
+def revoke_org_key(conn: Connection, *, organization_id: str, key_id: str) -> bool:
+    """Revoke one of the organization's keys (the dashboard); False when none is active."""
+    result = conn.execute(
+        api_keys.update().where(api_keys.c.organization_id == organization_id, api_keys.c.id == key_id,
+                                api_keys.c.revoked_at.is_(None)).values(revoked_at=utcnow())
+    )
+    return result.rowcount == 1

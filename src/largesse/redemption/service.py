@@ -160,23 +160,10 @@ def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
             select(campaigns.c.webpage_style, campaigns.c.email_style)
             .where(campaigns.c.id == reward.campaign_id, campaigns.c.organization_id == reward.organization_id)
         ).first()
-    page_style = (campaign.webpage_style if campaign else None) or {}
-    email_style = (campaign.email_style if campaign else None) or {}
-    meta = reward.delivery_meta or {}
-    sender = meta.get("sender_name") or email_style.get("sender_name") or org_name
     status = lifecycle.status(reward, at=utcnow())
-    page = Page(
-        reward_id=reward.id,
-        token_hash=tokens.hash_token(token),
-        status=status,
-        sender=sender,
-        headline=page_style.get("headline") or f"{sender} sent you a reward",
-        message=page_style.get("message") or meta.get("message"),
-        logo_url=safe_url(page_style.get("logo_image_url") or email_style.get("logo_image_url")),
-        theme=theme_css(page_style, email_style),
-        amount=format_money(reward.denomination_cents, reward.currency_code),
-        recipient_name=reward.recipient_name,
-    )
+    page = _styled_page(reward, org_name=org_name, status=status, token_hash=tokens.hash_token(token),
+                        page_style=(campaign.webpage_style if campaign else None) or {},
+                        email_style=(campaign.email_style if campaign else None) or {})
     if status == "REDEEMED":
         page.payout = _payout(conn, reward.id)
     elif status == "ACTIVE":
@@ -186,6 +173,44 @@ def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
             page.status = "UNDER_REVIEW"
         else:
             page.options = _options(conn, reward, settings)
+    return page
+
+
+def _styled_page(reward, *, org_name: str, status: str, token_hash: str, page_style: dict, email_style: dict) -> Page:
+    meta = reward.delivery_meta or {}
+    sender = meta.get("sender_name") or email_style.get("sender_name") or org_name
+    return Page(
+        reward_id=reward.id,
+        token_hash=token_hash,
+        status=status,
+        sender=sender,
+        headline=page_style.get("headline") or f"{sender} sent you a reward",
+        message=page_style.get("message") or meta.get("message"),
+        logo_url=safe_url(page_style.get("logo_image_url") or email_style.get("logo_image_url")),
+        theme=theme_css(page_style, email_style),
+        amount=format_money(reward.denomination_cents, reward.currency_code),
+        recipient_name=reward.recipient_name,
+    )
+
+
+@dataclass
+class SampleReward:
+    """The reward a preview shows: what a campaign's recipient would see (the dashboard)."""
+
+    products: list[str]
+    denomination_cents: int
+    currency_code: str
+    recipient_name: str = "Alex Recipient"
+    delivery_meta: dict | None = None
+    id: str = "PREVIEW0000"
+
+
+def preview_page(conn: Connection, *, org_name: str, page_style: dict, email_style: dict, reward: SampleReward,
+                 settings: Settings) -> Page:
+    """The page a recipient of `reward` would see, with these styles, before anything is sent."""
+    page = _styled_page(reward, org_name=org_name, status="ACTIVE", token_hash="preview", page_style=page_style,
+                        email_style=email_style)
+    page.options = _options(conn, reward, settings)
     return page
 
 

@@ -8,10 +8,10 @@ from starlette.responses import PlainTextResponse, Response
 
 from largesse import db
 from largesse.auth import Caller, CallerDep
-from largesse.errors import BadRequest, Conflict, Unprocessable
+from largesse.errors import BadRequest
 from largesse.schemas import Out, Text, Wire
 from largesse.web import EngineDep, SettingsDep, clean_text, int_param, json_response
-from largesse.webhooks import addresses, crypto, deliveries, service
+from largesse.webhooks import actions, addresses, deliveries, service
 
 router = APIRouter(tags=["webhooks"])
 
@@ -45,17 +45,7 @@ def _wire(engine, settings, caller: Caller, row) -> dict:
     """The webhook as this caller may see it: read-only keys never see the signing key."""
     if caller.permission == "read_only":
         return service.to_wire(row, None)
-    try:
-        return service.to_wire(row, service.signing_key(engine, settings, row))
-    except crypto.KeyUnavailable as exc:
-        raise Conflict(f"{exc}; check LARGESSE_SECRET_KEY", {"private_key": ["cannot be decrypted"]}) from None
-
-
-def _guard(url: str, settings, payload_key: str = "url", status=BadRequest) -> None:
-    try:
-        addresses.check_for_create(url, settings.webhook_allow_private)
-    except addresses.UnsafeURL as exc:
-        raise status(f"Invalid request: url {exc}", {payload_key: [str(exc)]}) from None
+    return service.to_wire(row, actions.signing_key(engine, settings, row))
 
 
 @router.post("/webhooks", response_model=WebhookEnvelope)
@@ -63,10 +53,7 @@ def create_webhook(body: CreateWebhookIn, caller: CallerDep, engine: EngineDep, 
     """Create the organization's webhook, or replace its URL (one webhook per organization).
     URLs that reach loopback, private, link-local or other internal addresses are refused (400)
     unless LARGESSE_WEBHOOK_ALLOW_PRIVATE is set. Deliveries are signed twice, see docs/webhooks.md."""
-    _guard(body.url, settings)
-    box = crypto.keybox(settings)
-    with db.write(engine) as conn:
-        row = service.upsert(conn, caller.organization_id, body.url, box)
+    row = actions.set_url(engine, settings, caller.organization_id, body.url)
     return json_response({"webhook": _wire(engine, settings, caller, row)})
 
 
@@ -108,15 +95,7 @@ def simulate_webhook(webhook_id: str, body: SimulateIn, caller: CallerDep, engin
     """Queue a delivery of a sample event (its resource id is a placeholder) to the webhook.
     422 when the webhook's URL is one the address guard refuses."""
     clean_text(webhook_id, "id", max_length=200)
-    if body.event not in service.EVENTS:
-        raise Unprocessable(f"Unknown event {body.event}; see GET /webhooks/{{id}}/events",
-                            {"event": ["is not an event this service sends"]})
-    with db.read(engine) as conn:
-        hook = service.get_or_404(conn, caller.organization_id, webhook_id)
-    _guard(hook.url, settings, status=Unprocessable)
-    with db.write(engine) as conn:
-        service.get_or_404(conn, caller.organization_id, webhook_id)
-        service.emit(conn, caller.organization_id, [(body.event, "SIMULATED000000")])
+    actions.simulate(engine, settings, caller.organization_id, webhook_id, body.event)
     return PlainTextResponse("OK")
 
 
@@ -158,12 +137,5 @@ def resend_delivery(webhook_id: str, delivery_id: str, caller: CallerDep, engine
     still queued for a retry."""
     clean_text(webhook_id, "id", max_length=200)
     clean_text(delivery_id, "delivery_id", max_length=200)
-    with db.read(engine) as conn:
-        hook = service.get_or_404(conn, caller.organization_id, webhook_id)
-        deliveries.get_or_404(conn, caller.organization_id, webhook_id, delivery_id)
-    _guard(hook.url, settings, status=Unprocessable)
-    with db.write(engine) as conn:
-        service.get_or_404(conn, caller.organization_id, webhook_id)
-        queued = deliveries.resend(conn, caller.organization_id, webhook_id, delivery_id,
-                                   max_attempts=service.MAX_ATTEMPTS)
+    queued = actions.resend(engine, settings, caller.organization_id, webhook_id, delivery_id)
     return json_response({"status": "QUEUED", **queued})

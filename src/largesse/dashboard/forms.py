@@ -1,0 +1,95 @@
+"""Reading the dashboard's forms, and their CSRF protection.
+
+Forms are parsed with the standard library (urlencoded: urllib; multipart, for the CSV
+upload: the email package's MIME parser), so the dashboard needs no form library.
+
+CSRF is the redemption pages' signed double-submit (redemption/security.py), reused: a
+random nonce in an HttpOnly, SameSite=Lax cookie scoped to /dashboard, and in each form
+HMAC(key, binding ":" nonce), where the binding is "dashboard:" plus the session's hash
+(or "dashboard:signin" before signing in). A cross-site page can neither read the cookie
+nor compute the HMAC; a value from one session is useless in another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from email import policy
+from email.parser import BytesParser
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+
+from largesse.redemption import security
+
+CSRF_COOKIE = "largesse_dashboard_csrf"
+CSRF_FIELD = security.CSRF_FIELD
+MAX_FORM_BYTES = 64 * 1024
+MAX_UPLOAD_BYTES = 900 * 1024  # under the app's 1 MB body limit (app.RequestGuard): 5,000 rows fit
+MAX_FIELDS = 400
+
+
+class FormTooLarge(Exception):
+    pass
+
+
+@dataclass
+class Form:
+    values: dict[str, list[str]] = field(default_factory=dict)
+    files: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # name -> (filename, content)
+
+    def get(self, name: str, default: str = "", max_length: int = 1000) -> str:
+        items = self.values.get(name)
+        return clean(items[0])[:max_length] if items else default
+
+    def getlist(self, name: str, max_length: int = 1000) -> list[str]:
+        return [clean(v)[:max_length] for v in self.values.get(name, []) if clean(v)]
+
+
+def clean(value: str) -> str:
+    """Without NUL characters (no database column can hold one) and surrounding spaces."""
+    return value.replace("\x00", "").strip()
+
+
+async def read_form(request: Request) -> Form:
+    content_type = request.headers.get("content-type", "")
+    limit = MAX_UPLOAD_BYTES if content_type.startswith("multipart/") else MAX_FORM_BYTES
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit + 4096:
+            raise FormTooLarge(f"The form is larger than {limit // 1024} KB")
+    if content_type.startswith("multipart/form-data"):
+        return _multipart(content_type, body)
+    values = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=MAX_FIELDS)
+    return Form(values=values)
+
+
+def _multipart(content_type: str, body: bytes) -> Form:
+    message = BytesParser(policy=policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+    form = Form()
+    if not message.is_multipart():
+        return form
+    for part in list(message.iter_parts())[:MAX_FIELDS]:
+        name = part.get_param("name", header="content-disposition")
+        if not name:
+            continue
+        payload = part.get_payload(decode=True) or b""
+        filename = part.get_filename()
+        if filename is not None:
+            form.files[name] = (filename[:200], payload)
+        else:
+            form.values.setdefault(name, []).append(payload.decode("utf-8", "replace"))
+    return form
+
+
+def binding(session_hash: str | None) -> str:
+    return f"dashboard:{session_hash or 'signin'}"
+
+
+def csrf_value(key: bytes, session_hash: str | None, nonce: str) -> str:
+    return security.csrf_token(key, binding(session_hash), nonce)
+
+
+def csrf_ok(key: bytes, session_hash: str | None, nonce: str | None, form: Form) -> bool:
+    return security.csrf_ok(key, binding(session_hash), nonce, form.get(CSRF_FIELD, max_length=200) or None)

@@ -1,0 +1,154 @@
+"""Orders and rewards: lists with filters and pages, a reward's history, and its actions
+(resend, cancel, generate a link) through delivery/service.py, as the API's endpoints do."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from urllib.parse import urlencode
+
+from fastapi import APIRouter
+
+from largesse import db
+from largesse.campaigns import service as campaigns_service
+from largesse.dashboard import access
+from largesse.dashboard.web import route
+from largesse.delivery import service as delivery
+from largesse.errors import ApiError
+from largesse.fields import service as fields_service
+from largesse.orders import browse
+from largesse.orders.models import orders, rewards
+
+router = APIRouter()
+PAGE_SIZE = 25
+
+
+def _day(value: str) -> datetime | None:
+    try:
+        return datetime.combine(date.fromisoformat(value), datetime.min.time()) if value else None
+    except ValueError:
+        return None
+
+
+def _before(ctx):
+    """The keyset cursor of the page asked for (orders/browse.py), or None for the newest."""
+    return browse.parse_cursor(ctx.arg("before", max_length=100))
+
+
+def _pager(ctx, next_cursor: str | None) -> dict:
+    """Links to the newest page and to the next (older) one, keeping the filters."""
+    params = {k: v for k, v in ctx.query.items() if k != "before" and v}
+
+    def url(extra: dict) -> str:
+        return f"{ctx.request.url.path}?{urlencode({**params, **extra})}"
+
+    return {"first": url({}) if ctx.arg("before") else None,
+            "next": url({"before": next_cursor}) if next_cursor else None}
+
+
+def _date_range(ctx) -> tuple[datetime | None, datetime | None, str, str]:
+    start, end = ctx.arg("from", max_length=10), ctx.arg("to", max_length=10)
+    gte, to = _day(start), _day(end)
+    return gte, (to + timedelta(days=1) if to else None), start if gte else "", end if to else ""
+
+
+@route(router, "GET", "/orders")
+def list_orders(ctx):
+    org = ctx.viewer.organization_id
+    gte, lt, start, end = _date_range(ctx)
+    campaign_id = ctx.arg("campaign", max_length=20) or None
+    with db.read(ctx.engine) as conn:
+        rows, more = browse.page_orders(conn, org, campaign_id=campaign_id, created_gte=gte, created_lt=lt,
+                                        before=_before(ctx), limit=PAGE_SIZE)
+        campaigns = campaigns_service.list_for(conn, org)
+    pager = _pager(ctx, browse.cursor_of(rows[-1]) if more else None)
+    return ctx.render("orders.html", title="Orders", rows=rows, pager=pager, campaigns=campaigns,
+                      campaign_id=campaign_id or "", start=start, end=end)
+
+
+@route(router, "GET", "/orders/{order_id}")
+def show_order(ctx, order_id: str):
+    with db.read(ctx.engine) as conn:
+        order = access.owned(conn, ctx.viewer, orders, order_id)
+        rows, more = browse.page_order_rewards(conn, order.id, before=_before(ctx), limit=PAGE_SIZE)
+    return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows,
+                      pager=_pager(ctx, browse.cursor_of(rows[-1]) if more else None))
+
+
+@route(router, "GET", "/rewards")
+def list_rewards(ctx):
+    org = ctx.viewer.organization_id
+    gte, lt, start, end = _date_range(ctx)
+    status = ctx.arg("status", max_length=10).upper()
+    delivery_status = ctx.arg("delivery", max_length=10).upper()
+    label, value = ctx.arg("field", max_length=100), ctx.arg("value", max_length=1000)
+    flt = browse.RewardFilter(
+        status=status if status in browse.REWARD_STATUSES else None,
+        delivery_status=delivery_status if delivery_status in browse.DELIVERY_STATUSES else None,
+        campaign_id=ctx.arg("campaign", max_length=20) or None, created_gte=gte, created_lt=lt,
+        fields=[(label, value)] if label and value else [])
+    with db.read(ctx.engine) as conn:
+        rows, more = browse.page_rewards(conn, org, flt, before=_before(ctx), limit=PAGE_SIZE)
+        campaigns = campaigns_service.list_for(conn, org)
+        fields = fields_service.list_for(conn, org)
+    pager = _pager(ctx, browse.cursor_of(rows[-1]) if more else None)
+    return ctx.render("rewards.html", title="Rewards", rows=rows, pager=pager, flt=flt,
+                      campaigns=campaigns, fields=fields, statuses=browse.REWARD_STATUSES,
+                      delivery_statuses=browse.DELIVERY_STATUSES, start=start, end=end, label=label, value=value)
+
+
+def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = None, notice: str | None = None,
+                 link: str | None = None):
+    with db.read(ctx.engine) as conn:
+        reward = access.owned(conn, ctx.viewer, rewards, reward_id)
+        history = browse.history(conn, reward.id)
+        values = browse_values(conn, reward.id)
+    return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, history=history,
+                      values=values, error=error, notice=notice, link=link)
+
+
+def browse_values(conn, reward_id: str) -> list:
+    from largesse.orders.repository import field_values_for
+    return field_values_for(conn, [reward_id]).get(reward_id, [])
+
+
+NOTICES = {"resent": "The reward is queued to be sent again.", "canceled": "The reward was canceled and refunded."}
+
+
+@route(router, "GET", "/rewards/{reward_id}")
+def show_reward(ctx, reward_id: str):
+    return _show_reward(ctx, reward_id, notice=NOTICES.get(ctx.arg("done", max_length=20)))
+
+
+def _act(ctx, reward_id: str, action, done: str):
+    with db.read(ctx.engine) as conn:
+        access.owned(conn, ctx.viewer, rewards, reward_id)  # 404 for another organization's reward
+    try:
+        action()
+    except ApiError as exc:
+        return _show_reward(ctx, reward_id, status=exc.status_code, error=exc.message)
+    return ctx.redirect(f"/dashboard/rewards/{reward_id}?done={done}")
+
+
+@route(router, "POST", "/rewards/{reward_id}/resend", action="send")
+def resend(ctx, reward_id: str):
+    email = ctx.form.get("email", max_length=320) or None
+    return _act(ctx, reward_id, lambda: delivery.resend_reward(
+        ctx.engine, ctx.settings, org=ctx.viewer.organization_id, reward_id=reward_id, updated_email=email,
+        updated_phone=None), "resent")
+
+
+@route(router, "POST", "/rewards/{reward_id}/cancel", action="send")
+def cancel(ctx, reward_id: str):
+    return _act(ctx, reward_id, lambda: delivery.cancel_reward(
+        ctx.engine, org=ctx.viewer.organization_id, reward_id=reward_id), "canceled")
+
+
+@route(router, "POST", "/rewards/{reward_id}/link", action="send")
+def generate_link(ctx, reward_id: str):
+    with db.read(ctx.engine) as conn:
+        access.owned(conn, ctx.viewer, rewards, reward_id)
+    try:
+        link = delivery.generate_link(ctx.engine, ctx.settings, org=ctx.viewer.organization_id, reward_id=reward_id)
+    except ApiError as exc:
+        return _show_reward(ctx, reward_id, status=exc.status_code, error=exc.message)
+    return _show_reward(ctx, reward_id, link=link, notice="A new link was generated. Copy it now.")

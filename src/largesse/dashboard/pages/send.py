@@ -1,0 +1,172 @@
+"""Send rewards: to one recipient, or to every row of a CSV file as one order.
+
+Both end in orders.service.place_order_as_member, the service behind POST /orders (same
+validation, transaction, ledger entry, webhooks). The CSV's preview runs the same checks
+without placing anything (preview_order_as_member) and puts each problem on its row.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from largesse import db
+from largesse.campaigns import service as campaigns_service
+from largesse.catalog import service as catalog
+from largesse.dashboard import access, bulk
+from largesse.dashboard.models import uploads
+from largesse.dashboard.web import route
+from largesse.errors import ApiError
+from largesse.fields import service as fields_service
+from largesse.ids import new_id
+from largesse.orders import repository
+from largesse.orders import service as orders_service
+from largesse.timeutil import utcnow
+
+router = APIRouter()
+METHODS = (("EMAIL", "Email"), ("LINK", "Link (you share it)"))
+
+
+def _choices(ctx, conn):
+    org = ctx.viewer.organization_id
+    products = catalog.list_active(conn)
+    query, category = ctx.arg("q", max_length=100).lower(), ctx.arg("category", max_length=40)
+    categories = sorted({p.category for p in products})
+    shown = [p for p in products if (not category or p.category == category)
+             and (not query or query in p.name.lower() or query in (p.description or "").lower())]
+    return {"products": shown, "categories": categories, "q": ctx.arg("q", max_length=100), "category": category,
+            "campaigns": campaigns_service.list_for(conn, org), "fields": fields_service.list_for(conn, org)}
+
+
+def _form_page(ctx, status: int = 200, errors: list[str] | None = None, **values):
+    with db.read(ctx.engine) as conn:
+        choices = _choices(ctx, conn)
+    form = {"name": "", "email": "", "amount": "", "campaign": "", "products": [], "method": "EMAIL", "message": "",
+            "fields": {}, **values}
+    return ctx.render("send.html", status, title="Send rewards", form=form, errors=errors or [], methods=METHODS,
+                      **choices)
+
+
+@route(router, "GET", "/send", action="send")
+def send_form(ctx):
+    return _form_page(ctx)
+
+
+@route(router, "POST", "/send", action="send")
+def send_one(ctx):
+    form = ctx.form
+    with db.read(ctx.engine) as conn:
+        fields = fields_service.list_for(conn, ctx.viewer.organization_id)
+    values = {f.id: form.get(f"field_{f.id}") for f in fields}
+    entered = {"name": form.get("name", max_length=200), "email": form.get("email", max_length=320),
+               "amount": form.get("amount", max_length=20), "campaign": form.get("campaign", max_length=20),
+               "products": form.getlist("products", max_length=20)[:100],
+               "method": form.get("method", "EMAIL", max_length=10).upper(),
+               "message": form.get("message", max_length=5000), "fields": values}
+    reward, problems = bulk.reward_in(
+        name=entered["name"], email=entered["email"], amount_text=entered["amount"], products=entered["products"],
+        campaign_id=entered["campaign"] or None, method=entered["method"], message=entered["message"] or None,
+        custom_fields=[{"id": fid, "value": v} for fid, v in values.items() if v])
+    if reward is None:
+        return _form_page(ctx, 400, problems, **entered)
+    try:
+        placed = orders_service.place_order_as_member(
+            ctx.engine, settings=ctx.settings, organization_id=ctx.viewer.organization_id,
+            body=bulk.order_in([reward], single=True))
+    except ApiError as exc:
+        return _form_page(ctx, exc.status_code, bulk.flatten(exc.payload) or [exc.message], **entered)
+    return ctx.redirect(f"/dashboard/orders/{placed.order['id']}")
+
+
+# --- CSV ----------------------------------------------------------------------------------------
+
+@route(router, "GET", "/send/bulk", action="send")
+def bulk_form(ctx):
+    with db.read(ctx.engine) as conn:
+        choices = _choices(ctx, conn)
+    return ctx.render("bulk.html", title="Send rewards from a CSV file", errors=[], methods=METHODS, **choices)
+
+
+@route(router, "POST", "/send/bulk", action="send")
+def bulk_upload(ctx):
+    filename, content = ctx.form.files.get("file", ("", b""))
+    options = {"products": ctx.form.getlist("products", max_length=20)[:100],
+               "campaign": ctx.form.get("campaign", max_length=20), "message": ctx.form.get("message", max_length=5000),
+               "method": ctx.form.get("method", "EMAIL", max_length=10).upper()}
+    problem = _file_problem(content)
+    if problem:
+        with db.read(ctx.engine) as conn:
+            choices = _choices(ctx, conn)
+        return ctx.render("bulk.html", 400, title="Send rewards from a CSV file", methods=METHODS,
+                          errors=[problem], **choices)
+    upload_id = new_id()
+    with db.write(ctx.engine) as conn:
+        conn.execute(uploads.insert().values(
+            id=upload_id, organization_id=ctx.viewer.organization_id, member_id=ctx.viewer.member_id,
+            filename=(filename or "upload.csv")[:200], sha256=bulk.digest(content),
+            content=content.decode("utf-8-sig"), rows=content.count(b"\n"), options=options,
+            created_at=utcnow()))
+    return ctx.redirect(f"/dashboard/send/bulk/{upload_id}")
+
+
+def _file_problem(content: bytes) -> str | None:
+    if not content:
+        return "Choose a CSV file to upload."
+    try:
+        text = content.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return "The file is not UTF-8 text. Save it as CSV (UTF-8) and upload it again."
+    if "\x00" in text:
+        return "The file is not a CSV text file."
+    return None
+
+
+def _prepare(ctx, upload_id: str):
+    """The upload, its rows with their problems, and the preview of the one order."""
+    org = ctx.viewer.organization_id
+    with db.read(ctx.engine) as conn:
+        upload = access.owned(conn, ctx.viewer, uploads, upload_id)
+        fields = fields_service.list_for(conn, org)
+        placed = repository.get_order(conn, org, bulk.external_id_for(upload.sha256))
+        campaign = campaigns_service.get(conn, org, upload.options.get("campaign")) if (
+            upload.options or {}).get("campaign") else None
+    options = upload.options or {}
+    sheet = bulk.read_csv(upload.content.encode("utf-8"), fields)
+    bulk.build_rewards(sheet, fields, products=options.get("products") or [], campaign_id=options.get("campaign"),
+                       message=options.get("message") or None, method=options.get("method") or "EMAIL")
+    good = [r for r in sheet.rows if r.reward is not None]
+    preview = None
+    if good and not sheet.problems:
+        preview = orders_service.preview_order_as_member(
+            ctx.engine, settings=ctx.settings, organization_id=org, body=bulk.order_in([r.reward for r in good]))
+        by_row, general = bulk.problems_by_row(preview.problems)
+        for index, row in enumerate(good):
+            row.problems.extend(by_row.get(index, []))
+        sheet.problems.extend(general)
+    return upload, sheet, preview, placed, campaign
+
+
+@route(router, "GET", "/send/bulk/{upload_id}", action="send")
+def bulk_preview(ctx, upload_id: str):
+    upload, sheet, preview, placed, campaign = _prepare(ctx, upload_id)
+    bad = [r for r in sheet.rows if r.problems]
+    ready = preview is not None and not bad and not sheet.problems
+    enough = ready and preview.total_cents <= preview.available_cents
+    return ctx.render("bulk_preview.html", title="Check your file", upload=upload, sheet=sheet, preview=preview,
+                      bad=bad, ready=ready, enough=enough, placed=placed, campaign=campaign, error=None)
+
+
+@route(router, "POST", "/send/bulk/{upload_id}", action="send")
+def bulk_place(ctx, upload_id: str):
+    upload, sheet, preview, placed, campaign = _prepare(ctx, upload_id)
+    if sheet.problems or any(r.problems for r in sheet.rows) or not sheet.rows:
+        return ctx.redirect(f"/dashboard/send/bulk/{upload_id}")
+    body = bulk.order_in([r.reward for r in sheet.rows], external_id=bulk.external_id_for(upload.sha256))
+    try:
+        order = orders_service.place_order_as_member(ctx.engine, settings=ctx.settings,
+                                                     organization_id=ctx.viewer.organization_id, body=body)
+    except ApiError as exc:
+        return ctx.render("bulk_preview.html", exc.status_code, title="Check your file", upload=upload, sheet=sheet,
+                          preview=preview, bad=[], ready=False, enough=False, placed=placed, campaign=campaign,
+                          error=exc.message)
+    return ctx.redirect(f"/dashboard/orders/{order.order['id']}")
+

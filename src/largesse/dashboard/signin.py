@@ -1,0 +1,248 @@
+"""Signing in to the dashboard: one-time links sent by email, and server-side sessions.
+
+A sign-in link carries a 256-bit token, stored as its SHA-256 only, valid SIGNIN_MINUTES and
+spent once. Its GET only shows a button: mail scanners open links, and only the POST (by
+the person, with the CSRF token) spends it and starts a session.
+
+The email goes through the delivery pipeline: request_signin() queues a `dashboard_signin`
+job in the outbox; the worker calls send_signin_email(), which issues the token at that
+moment (so no usable secret ever sits in the jobs table) and sends through the same
+transport as reward emails (Maildir on a laptop, SMTP in production).
+
+A session's cookie holds a random value; the table holds its SHA-256. It ends on sign-out,
+after IDLE of inactivity, or ABSOLUTE after sign-in, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, timedelta
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
+from urllib.parse import quote, urlsplit
+
+from sqlalchemy import Connection, Engine, and_, select, update
+
+from largesse import db
+from largesse.config import Settings
+from largesse.dashboard.models import sessions, signin_tokens
+from largesse.delivery import jobs as job_queue
+from largesse.orgs.models import members, organizations
+from largesse.orgs.service import email_key
+from largesse.redemption import ratelimit
+from largesse.timeutil import utcnow
+
+log = logging.getLogger("largesse.dashboard")
+
+JOB_KIND = "dashboard_signin"
+SIGNIN_MINUTES = 15
+IDLE = timedelta(hours=12)
+ABSOLUTE = timedelta(days=7)
+TOUCH_EVERY = timedelta(minutes=5)  # last_seen_at is written at most this often: reads stay reads
+COOKIE = "largesse_session"
+# Sign-in requests per minute (the redemption limiter's table and 60 s windows).
+LIMITS = ratelimit.RateLimits(window_seconds=60)
+PER_ADDRESS = 3
+PER_CLIENT = 20
+
+
+def hash_secret(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def local_path(value: str | None) -> str | None:
+    """value if it is a path of the dashboard on this site, else None (no open redirect)."""
+    if not value or len(value) > 500 or "\\" in value or any(ord(c) < 32 for c in value):
+        return None
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/dashboard") or value.startswith("//"):
+        return None
+    return value
+
+
+def signin_link(public_url: str, token: str) -> str:
+    # The token rides in the query string: request logs record paths only (ops/middleware.py).
+    return f"{public_url.rstrip('/')}/dashboard/signin/link?token={quote(token)}"
+
+
+def issue_token(conn: Connection, *, member_id: str, organization_id: str, next_path: str | None = None) -> str:
+    token = secrets.token_urlsafe(32)
+    now = utcnow()
+    conn.execute(signin_tokens.insert().values(
+        token_hash=hash_secret(token), member_id=member_id, organization_id=organization_id,
+        next_path=local_path(next_path), created_at=now, expires_at=now + timedelta(minutes=SIGNIN_MINUTES)))
+    return token
+
+
+class RateLimited(Exception):
+    def __init__(self, wait: int):
+        super().__init__(f"retry in {wait} s")
+        self.wait = wait
+
+
+_MEMBERS_BY_EMAIL = (
+    select(members.c.id, members.c.organization_id)
+    .join(organizations, organizations.c.id == members.c.organization_id)
+)
+
+
+def request_signin(engine: Engine, settings: Settings, *, email: str, client: str, next_path: str | None) -> int:
+    """Queue a sign-in email for every membership of this address (in this server's
+    environment); returns how many, which the page never shows (no enumeration).
+    Raises RateLimited past the per-address or per-client limit."""
+    key = email_key(email)[:320]
+    with db.write(engine) as conn:
+        wait = ratelimit.check(conn, LIMITS, [(f"dsign-addr:{hash_secret(key)[:32]}", PER_ADDRESS),
+                                              (f"dsign-ip:{client[:60]}", PER_CLIENT)])
+    if wait is not None:
+        raise RateLimited(wait)
+    with db.write(engine) as conn:
+        found = conn.execute(_MEMBERS_BY_EMAIL.where(
+            members.c.email_key == key, members.c.active.is_(True),
+            organizations.c.environment == settings.environment)).all()
+        for row in found:
+            queue_signin_email(conn, member_id=row.id, organization_id=row.organization_id, next_path=next_path)
+    return len(found)
+
+
+def queue_signin_email(conn: Connection, *, member_id: str, organization_id: str, next_path: str | None = None) -> None:
+    """Queue a sign-in email in the caller's transaction (sign-in requests, invitations)."""
+    job_queue.enqueue(conn, kind=JOB_KIND, organization_id=organization_id,
+                      payload={"member_id": member_id, "next": local_path(next_path)}, max_attempts=5)
+
+
+def send_signin_email(ctx, job) -> str:
+    """The worker's handler of a dashboard_signin job (delivery/tasks.py dispatches to it)."""
+    from largesse.delivery.transport import DeliveryError
+
+    payload = job.payload or {}
+    settings = ctx.settings
+    with db.write(ctx.engine) as conn:
+        member = conn.execute(
+            select(members.c.id, members.c.email, members.c.name, members.c.organization_id, organizations.c.name
+                   .label("org_name"))
+            .join(organizations, organizations.c.id == members.c.organization_id)
+            .where(members.c.id == payload.get("member_id"), members.c.active.is_(True))
+        ).first()
+        if member is None:
+            job_queue.mark_done(conn, job, ctx.worker_id, "skipped: member not found")
+            return "skipped"
+        token = issue_token(conn, member_id=member.id, organization_id=member.organization_id,
+                            next_path=payload.get("next"))
+    try:
+        message = signin_message(member, signin_link(settings.public_url, token), settings)
+    except (ValueError, TypeError) as exc:
+        raise DeliveryError(f"cannot build the message: {exc}", permanent=True) from None
+    ctx.transport.send(message)
+    with db.write(ctx.engine) as conn:
+        job_queue.mark_done(conn, job, ctx.worker_id)
+    return "sent"
+
+
+def signin_message(member, link: str, settings: Settings) -> EmailMessage:
+    msg = EmailMessage()
+    msg["Subject"] = f"Sign in to {member.org_name} on Largesse"
+    msg["From"] = Address(display_name=settings.mail_from_name, addr_spec=settings.mail_from)
+    msg["To"] = Address(display_name=(member.name or "").replace("\n", " "), addr_spec=member.email)
+    msg["Date"] = format_datetime(utcnow().replace(tzinfo=UTC))
+    msg["Message-ID"] = make_msgid(domain=settings.mail_from.rpartition("@")[2] or None)
+    msg["X-Largesse-Kind"] = "dashboard-signin"
+    msg.set_content(
+        f"Hello{' ' + member.name if member.name else ''},\n\n"
+        f"Open this link to sign in to the {member.org_name} dashboard:\n\n{link}\n\n"
+        f"The link works once, for {SIGNIN_MINUTES} minutes. If you did not ask to sign in, ignore this "
+        "message: nobody can sign in without it.\n")
+    return msg
+
+
+# --- spending a link, sessions ------------------------------------------------------------------
+
+_LIVE_TOKEN = select(signin_tokens, members.c.email).join(members, members.c.id == signin_tokens.c.member_id)
+
+
+def peek_token(conn: Connection, token: str):
+    """The token's row when it can still be spent (the GET's confirmation page), else None."""
+    row = conn.execute(_LIVE_TOKEN.where(signin_tokens.c.token_hash == hash_secret(token))).first()
+    if row is None or row.used_at is not None or row.expires_at <= utcnow():
+        return None
+    return row
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    cookie: str
+    next_path: str | None
+
+
+def spend_token(engine: Engine, token: str) -> SignedIn | None:
+    """Spend a sign-in token and start a session, in one transaction; None if the token is
+    unknown, used or expired. The conditional UPDATE makes exactly one of two racing POSTs win."""
+    now = utcnow()
+    with db.write(engine) as conn:
+        row = conn.execute(
+            update(signin_tokens)
+            .where(signin_tokens.c.token_hash == hash_secret(token), signin_tokens.c.used_at.is_(None),
+                   signin_tokens.c.expires_at > now)
+            .values(used_at=now)
+            .returning(signin_tokens.c.member_id, signin_tokens.c.next_path)
+        ).first()
+        if row is None:
+            return None
+        active = conn.execute(select(members.c.active).where(members.c.id == row.member_id)).scalar_one_or_none()
+        if not active:
+            return None
+        return SignedIn(start_session(conn, member_id=row.member_id), row.next_path)
+
+
+def start_session(conn: Connection, *, member_id: str) -> str:
+    """Start a session for a member; returns the cookie value (shown once, stored hashed).
+    Any sign-in path (emailed link, connected organizations) ends here."""
+    value = secrets.token_urlsafe(32)
+    now = utcnow()
+    org = conn.execute(select(members.c.organization_id).where(members.c.id == member_id)).scalar_one()
+    conn.execute(sessions.insert().values(id_hash=hash_secret(value), member_id=member_id, organization_id=org,
+                                          created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE))
+    return value
+
+
+SESSION_COLUMNS = (
+    sessions.c.id_hash, sessions.c.last_seen_at, sessions.c.expires_at, sessions.c.ended_at,
+    members.c.id.label("member_id"), members.c.email, members.c.name, members.c.role, members.c.active,
+    organizations.c.id.label("organization_id"), organizations.c.name.label("org_name"),
+    organizations.c.currency_code, organizations.c.environment,
+)
+_SESSION = (
+    select(*SESSION_COLUMNS)
+    .join(members, and_(members.c.id == sessions.c.member_id, members.c.organization_id == sessions.c.organization_id))
+    .join(organizations, organizations.c.id == members.c.organization_id)
+)
+
+
+def load_session(engine: Engine, cookie: str | None):
+    """The live session behind a cookie value, with its member and organization; else None.
+    Records activity at most every TOUCH_EVERY, so most pages stay read-only."""
+    if not cookie or len(cookie) > 100:
+        return None
+    id_hash = hash_secret(cookie)
+    now = utcnow()
+    with db.read(engine) as conn:
+        row = conn.execute(_SESSION.where(sessions.c.id_hash == id_hash)).first()
+    if (row is None or row.ended_at is not None or not row.active or row.expires_at <= now
+            or row.last_seen_at + IDLE <= now):
+        return None
+    if now - row.last_seen_at >= TOUCH_EVERY:
+        with db.write(engine) as conn:
+            conn.execute(update(sessions).where(sessions.c.id_hash == id_hash).values(last_seen_at=now))
+    return row
+
+
+def end_session(engine: Engine, cookie: str | None) -> None:
+    if not cookie or len(cookie) > 100:
+        return
+    with db.write(engine) as conn:
+        conn.execute(update(sessions).where(sessions.c.id_hash == hash_secret(cookie), sessions.c.ended_at.is_(None))
+                     .values(ended_at=utcnow()))

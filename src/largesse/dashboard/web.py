@@ -1,0 +1,161 @@
+"""The dashboard's request plumbing: one route() decorator, the page context, rendering.
+
+A page handler is a plain function `handler(ctx, **path_params) -> Response`, run in the
+thread pool. route() reads the form of a POST, checks its CSRF token, resolves the viewer
+through access.viewer() with the action the route needs, and turns access's exceptions
+into the sign-in redirect, the 403 page and the 404 page. Handlers parse, call a service,
+render: rules live in the services.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote
+
+import jinja2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from largesse import db
+from largesse.dashboard import access, forms, signin
+from largesse.money import decimals_for, format_amount
+from largesse.redemption import security
+
+log = logging.getLogger("largesse.dashboard")
+TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+)
+PREFIX = "/dashboard"
+
+
+def money(cents: int | None, currency: str = "USD") -> str:
+    if cents is None:
+        return ""
+    sign = "-" if cents < 0 else ""
+    return f"{sign}{format_amount(abs(cents), decimals=decimals_for(currency))} {currency}"
+
+
+def when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value else ""
+
+
+TEMPLATES.filters["money"] = money
+TEMPLATES.filters["when"] = when
+
+
+@dataclass
+class Ctx:
+    request: Request
+    engine: object
+    settings: object
+    viewer: access.Viewer | None
+    form: forms.Form = field(default_factory=forms.Form)
+    nonce: str = ""
+    new_nonce: bool = False
+    csrf_key: bytes = b""
+
+    @property
+    def query(self):
+        return self.request.query_params
+
+    def arg(self, name: str, default: str = "", max_length: int = 200) -> str:
+        return forms.clean(self.request.query_params.get(name) or default)[:max_length]
+
+    def render(self, template: str, status: int = 200, *, headers: dict | None = None, **context) -> HTMLResponse:
+        who = self.viewer
+        html = TEMPLATES.get_template(f"dashboard/{template}").render(
+            viewer=who, csrf_field=forms.CSRF_FIELD,
+            csrf_token=forms.csrf_value(self.csrf_key, who.session_hash if who else None, self.nonce),
+            path=self.request.url.path, sandbox=self.settings.sandbox, **context)
+        response = HTMLResponse(html, status_code=status)
+        self.finish(response)
+        if headers:
+            response.headers.update(headers)
+        return response
+
+    def finish(self, response: Response) -> Response:
+        response.headers.update(security.page_headers())
+        if self.new_nonce:
+            response.set_cookie(forms.CSRF_COOKIE, self.nonce, httponly=True, samesite="lax", path=PREFIX,
+                                secure=self.secure)
+        return response
+
+    @property
+    def secure(self) -> bool:
+        return self.settings.public_url.startswith("https://")
+
+    def redirect(self, url: str) -> Response:
+        return self.finish(RedirectResponse(url, status_code=303))
+
+    def message(self, status: int, title: str, text: str) -> HTMLResponse:
+        return self.render("message.html", status, title=title, text=text)
+
+
+def _csrf_key(request: Request) -> bytes:
+    state = request.app.state
+    if getattr(state, "redemption_csrf_key", None) is None:  # one key with the redemption pages
+        state.redemption_csrf_key = security.load_csrf_key(state.engine, state.settings)
+    return state.redemption_csrf_key
+
+
+def _run(handler, request: Request, form: forms.Form | None, action: str | None, kwargs: dict) -> Response:
+    state = request.app.state
+    nonce = request.cookies.get(forms.CSRF_COOKIE)
+    fresh = not security.valid_nonce(nonce)
+    ctx = Ctx(request, state.engine, state.settings, None, form or forms.Form(),
+              nonce=security.new_nonce() if fresh else nonce, new_nonce=fresh, csrf_key=_csrf_key(request))
+    try:
+        if action is not None:
+            ctx.viewer = access.viewer(state.engine, request.cookies.get(signin.COOKIE), action=action,
+                                       environment=state.settings.environment)
+        if form is not None and (fresh or not forms.csrf_ok(ctx.csrf_key, ctx.viewer.session_hash if ctx.viewer
+                                                             else None, nonce, form)):
+            return ctx.message(403, "Please try again", "The form had expired or cookies are blocked. "
+                               "Go back, reload the page and send it again.")
+        return handler(ctx, **kwargs)
+    except access.SignInRequired:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return ctx.redirect(f"{PREFIX}/signin?next={quote(target, safe='')}")
+    except access.Denied:
+        return ctx.message(403, "Not allowed", "Your role in this organization does not allow this page. "
+                           "Ask an administrator of your organization.")
+    except access.NotFoundPage:
+        return ctx.message(404, "Not found", "There is nothing here. Check the address, or go back to the "
+                           "overview.")
+    except Exception as exc:
+        if db.is_unavailable(exc):
+            return ctx.message(503, "Try again in a moment", "The database is not reachable right now.")
+        raise
+
+
+def route(router, method: str, path: str, *, action: str | None = "view"):
+    """Register handler(ctx, **path params) for METHOD path. action None: no sign-in needed."""
+
+    def register(handler):
+        async def endpoint(request: Request) -> Response:
+            form = None
+            if method == "POST":
+                try:
+                    form = await forms.read_form(request)
+                except forms.FormTooLarge as exc:
+                    return HTMLResponse(str(exc), status_code=413, headers=security.page_headers())
+            return await run_in_threadpool(_run, handler, request, form, action, dict(request.path_params))
+
+        endpoint.__name__ = handler.__name__
+        router.add_api_route(path, endpoint, methods=[method], include_in_schema=False)
+        return handler
+
+    return register
+
+
+def not_found_page(request: Request, status: int = 404) -> Response:
+    """404/405 anywhere under /dashboard/ (paths.serve_html_404): a page, never JSON."""
+    html = TEMPLATES.get_template("dashboard/message.html").render(
+        viewer=None, csrf_field="", csrf_token="", path="", sandbox=False, title="Not found",
+        text="There is nothing here. Check the address, or go back to the overview.")
+    return HTMLResponse(html, status_code=404, headers=security.page_headers())

@@ -1,0 +1,180 @@
+"""The dashboard in headless Chromium (Debian's, through Playwright), on a phone and a desktop:
+sign in by the emailed link, send one reward, upload a CSV with a bad row and fix it, resend,
+cancel, create and revoke an API key; axe-core finds no serious or critical violation and
+the console stays clean (CSP violations show up there).
+
+LARGESSE_SCREENSHOTS=docs/screenshots also writes dashboard-*.png there (desktop run).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard.conftest import deliver_mail, signin_links
+from tests.factories import place
+from tests.redemption.conftest import fake_ip
+
+ROOT = Path(__file__).resolve().parents[2]
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+VIEWPORTS = {"phone": {"width": 390, "height": 844}, "desktop": {"width": 1366, "height": 900}}
+SHOTS = os.environ.get("LARGESSE_SCREENSHOTS")
+
+
+@pytest.fixture(params=list(VIEWPORTS))
+def dashboard_page(request, browser):
+    if not AXE.exists():
+        pytest.fail("node_modules/axe-core is missing: run `make node_modules/.installed`", pytrace=False)
+    context = browser.new_context(viewport=VIEWPORTS[request.param], extra_http_headers={"X-Forwarded-For": fake_ip()})
+    context.add_init_script(path=str(AXE))  # through the DevTools protocol: the page's CSP stays as it is
+    page = context.new_page()
+    page.problems = []
+    page.on("console", lambda m: page.problems.append(m.text) if m.type == "error" and not _axe_in_preview(m.text)
+            else None)
+    page.on("pageerror", lambda e: page.problems.append(str(e)))
+    page.viewport_name = request.param
+    yield page
+    context.close()
+
+
+def _axe_in_preview(text: str) -> bool:
+    """The test's own axe init script, refused by the script-less sandbox of the campaign
+    previews (the pages themselves carry no script there): not a problem of the page."""
+    return "/dashboard/campaigns/preview/" in text and "frame is sandboxed" in text
+
+
+def check(page, name: str) -> None:
+    """axe-core on the current page: no serious or critical violation; no sideways scroll."""
+    result = page.evaluate("""async () => {
+        const r = await axe.run(document, {resultTypes: ['violations']});
+        return r.violations.filter(v => ['serious', 'critical'].includes(v.impact))
+                           .map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '));
+    }""")
+    assert result == [], f"{name}: {result}"
+    width = VIEWPORTS[page.viewport_name]["width"]
+    assert page.evaluate("document.documentElement.scrollWidth") <= width, f"{name} scrolls sideways"
+    if SHOTS and page.viewport_name == "desktop":
+        page.screenshot(path=str(Path(SHOTS) / f"dashboard-{name}.png"), full_page=True)
+    elif SHOTS and name == "overview":
+        page.screenshot(path=str(Path(SHOTS) / "dashboard-overview-phone.png"), full_page=True)
+
+
+def test_dashboard_journey(dashboard_page, engine, server, org, http):
+    page = dashboard_page
+    base = server.url
+    # Sign in by the emailed link.
+    page.goto(f"{base}/dashboard")
+    page.wait_for_url(re.compile(r"/dashboard/signin\?next="))
+    check(page, "signin")
+    page.get_by_label("Email address").fill(org.member_email)
+    page.get_by_role("button", name="Email me a sign-in link").click()
+    page.get_by_text("Check your email").wait_for()
+    deliver_mail(engine, server.settings)
+    page.goto(signin_links(server.settings, org.member_email)[-1])
+    assert page.get_by_role("heading", level=1).inner_text() == "You are about to sign in"
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/dashboard")
+    assert page.get_by_role("heading", level=1).inner_text() == "Overview"
+    check(page, "overview")
+
+    # Send one reward.
+    page.get_by_role("link", name="Send rewards").click()
+    page.get_by_label("Search products").fill("books")
+    page.get_by_role("button", name="Filter products").click()
+    page.get_by_label("Recipient name").fill("Rita Recipient")
+    page.get_by_label("Recipient email").fill(org.member_email)
+    page.get_by_label("Amount (USD)").fill("25")
+    page.get_by_label("Northwind Books").check()
+    check(page, "send")
+    page.get_by_role("button", name="Send reward").click()
+    page.wait_for_url(re.compile(r"/dashboard/orders/[A-Z0-9]+$"))
+    assert page.get_by_role("heading", level=1).inner_text().startswith("Order ")
+    check(page, "order")
+
+    # A CSV with a bad row, then fixed.
+    page.goto(f"{base}/dashboard/send/bulk")
+    email = org.member_email
+    page.get_by_label("CSV file").set_input_files(files=[{"name": "team.csv", "mimeType": "text/csv", "buffer":
+                                                         f"name,email,amount\nAda,{email},20\nBob,not-an-email,10\n"
+                                                         .encode()}])
+    page.get_by_label("Northwind Books").check()
+    check(page, "bulk")
+    page.get_by_role("button", name="Upload and check").click()
+    page.get_by_text("1 row cannot be sent").wait_for()
+    assert page.get_by_text("is not a valid email address").is_visible()
+    assert page.get_by_role("button", name=re.compile("Place order")).count() == 0
+    check(page, "bulk-preview-errors")
+    page.get_by_role("link", name="Upload another file").click()
+    page.get_by_label("CSV file").set_input_files(files=[{"name": "team.csv", "mimeType": "text/csv", "buffer":
+                                                         f"name,email,amount\nAda,{email},20\nBob,{email},10\n"
+                                                         .encode()}])
+    page.get_by_label("Northwind Books").check()
+    page.get_by_role("button", name="Upload and check").click()
+    page.get_by_role("button", name="Place order of 2 rewards").wait_for()
+    assert page.locator("dd.big").inner_text() == "30.00 USD"  # the total with fees
+    check(page, "bulk-preview")
+    page.get_by_role("button", name="Place order of 2 rewards").click()
+    page.wait_for_url(re.compile(r"/dashboard/orders/[A-Z0-9]+$"))
+    assert page.get_by_role("cell", name="Ada").count() + page.get_by_text("Ada").count() >= 1
+
+    # Resend a failed delivery to a new address, then cancel it.
+    local, domain = org.member_email.split("@")
+    failing = place(http, f"{local}+fail@{domain}")["rewards"][0]
+    deliver_mail(engine, server.settings)
+    page.goto(f"{base}/dashboard/rewards/{failing['id']}")
+    assert page.get_by_text("Email: Failed").is_visible()
+    check(page, "reward")
+    page.get_by_label("New email address (optional)").fill(org.member_email)
+    page.get_by_role("button", name="Resend reward").click()
+    page.get_by_text("The reward is queued to be sent again").wait_for()
+    page.get_by_role("button", name="Cancel reward").click()
+    page.get_by_text("The reward was canceled and refunded").wait_for()
+
+    # Lists.
+    page.get_by_role("link", name="Rewards", exact=True).click()
+    page.get_by_label("Status").select_option("CANCELED")
+    page.get_by_role("button", name="Filter rewards").click()
+    page.get_by_role("link", name=failing["id"]).wait_for()
+    check(page, "rewards")
+    page.get_by_role("link", name="Orders", exact=True).click()
+    check(page, "orders")
+    page.goto(f"{base}/dashboard/funding")
+    check(page, "funding")
+    page.goto(f"{base}/dashboard/campaigns/new")
+    page.get_by_label("Campaign name").fill("Thank you")
+    page.get_by_label("Page headline").fill("Thanks a lot")
+    page.get_by_label("Northwind Books").check()
+    page.frame_locator("#preview-page").get_by_text("Thanks a lot").wait_for()  # the live previews followed
+    page.frame_locator("#preview-email").get_by_role("heading", name="Thanks a lot").wait_for()
+    check(page, "campaign")
+    page.get_by_role("button", name="Save campaign").click()
+    page.get_by_text("Campaign saved").wait_for()
+    page.goto(f"{base}/dashboard/team")
+    check(page, "team")
+
+    # Create an API key (shown once), then revoke it.
+    page.goto(f"{base}/dashboard/developers")
+    page.get_by_label("Label").fill("from the browser")
+    page.get_by_role("button", name="Create API key").click()
+    key = page.get_by_label("Your new API key").input_value()
+    assert key.startswith("LRG_SANDBOX_")
+    page.get_by_role("button", name=f"Revoke key {key[:16]}").click()
+    page.get_by_text("API key revoked").wait_for()
+    check(page, "developers")
+    import httpx
+
+    assert httpx.get(f"{base}/api/v2/orders", headers={"Authorization": f"Bearer {key}"}).status_code == 401
+
+    # Keyboard: the skip link comes first and focus is visible.
+    page.goto(f"{base}/dashboard")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "skip-link"
+    page.keyboard.press("Tab")
+    assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"
+
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(f"{base}/dashboard/signin")
+    assert page.problems == [], page.problems

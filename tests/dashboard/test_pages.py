@@ -1,0 +1,352 @@
+"""Each page over HTTP: status, redirects, the text a person sees, scoping and roles."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.dashboard.conftest import add_member, csrf_of, deliver_mail, signed_in, text_of
+from tests.factories import CHARITY_USD, GIFT_CARD_USD, make_campaign, make_field, ok, place
+
+ADMIN_PAGES = ("/dashboard/funding", "/dashboard/team", "/dashboard/developers", "/dashboard/campaigns/new")
+VIEW_PAGES = ("/dashboard", "/dashboard/send", "/dashboard/send/bulk", "/dashboard/orders", "/dashboard/rewards",
+              "/dashboard/campaigns")
+
+
+def post(client, page_path: str, action: str, data: dict, files=None):
+    page = client.get(page_path)
+    assert page.status_code == 200, page.text
+    return client.post(action, data={"csrf_token": csrf_of(page.text), **data}, files=files)
+
+
+def test_every_page_answers_with_a_strict_csp(admin):
+    for path in VIEW_PAGES + ADMIN_PAGES:
+        response = admin.get(path)
+        assert response.status_code == 200, path
+        assert response.headers["content-type"].startswith("text/html")
+        csp = response.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp, path
+        assert "<script>" not in response.text and " style=" not in response.text, path
+
+
+def test_overview_shows_balance_and_this_months_rewards(admin, http, org):
+    place(http, org.member_email, denomination=30)
+    text = text_of(admin.get("/dashboard").text)
+    assert "Available 4970.00 USD" in text
+    assert "Active 1" in text and "Recent orders" in text
+
+
+def test_member_role_cannot_reach_admin_pages(member_client):
+    for path in ADMIN_PAGES:
+        response = member_client.get(path)
+        assert response.status_code == 403, path
+        assert "Your role in this organization does not allow this page" in text_of(response.text)
+    for path in VIEW_PAGES:
+        assert member_client.get(path).status_code == 200, path
+    nav = text_of(member_client.get("/dashboard").text)
+    assert "Send rewards" in nav and "Developers" not in nav and "Team" not in nav
+
+
+def test_member_role_cannot_post_admin_actions(member_client, org, http):
+    keys_before = len(ok(http.get("/members"))["members"])
+    response = post(member_client, "/dashboard", "/dashboard/team/invite", {"email": "x@example.com", "role": "ADMIN"})
+    assert response.status_code == 403
+    assert len(ok(http.get("/members"))["members"]) == keys_before
+
+
+def test_another_orgs_objects_are_not_found(admin, other_org):
+    with other_org.http() as other:
+        order = place(other, other_org.member_email)
+        campaign = make_campaign(other)
+    reward_id = order["rewards"][0]["id"]
+    for path in (f"/dashboard/orders/{order['id']}", f"/dashboard/rewards/{reward_id}",
+                 f"/dashboard/campaigns/{campaign['id']}", "/dashboard/rewards/NOSUCHREWARD00",
+                 "/dashboard/no-such-page", "/dashboard/rewards/%00x"):
+        response = admin.get(path)
+        assert response.status_code == 404, path
+        assert response.headers["content-type"].startswith("text/html"), path
+    response = post(admin, "/dashboard", f"/dashboard/rewards/{reward_id}/cancel", {})
+    assert response.status_code == 404
+    with other_org.http() as other:
+        assert ok(other.get(f"/rewards/{reward_id}"))["reward"].get("redemption") is None  # still active
+    listed = admin.get("/dashboard/rewards").text
+    assert reward_id not in listed
+
+
+def test_forms_without_csrf_are_refused(admin, http, org):
+    reward_id = place(http, org.member_email)["rewards"][0]["id"]
+    response = admin.post(f"/dashboard/rewards/{reward_id}/cancel", data={})
+    assert response.status_code == 403 and "Please try again" in text_of(response.text)
+    response = admin.post(f"/dashboard/rewards/{reward_id}/cancel", data={"csrf_token": "0" * 64})
+    assert response.status_code == 403
+    assert ok(http.get(f"/rewards/{reward_id}"))["reward"].get("redemption") is None
+
+
+def test_send_one_reward_looks_like_an_api_order(admin, http, org):
+    response = post(admin, "/dashboard/send", "/dashboard/send", {
+        "name": "Recipient", "email": org.member_email, "amount": "25", "method": "EMAIL",
+        "products": GIFT_CARD_USD, "message": ""})
+    assert response.status_code == 303, text_of(response.text)
+    order_id = response.headers["location"].rsplit("/", 1)[1]
+    page = text_of(admin.get(response.headers["location"]).text)
+    assert f"Order {order_id}" in page and "25.00 USD" in page
+    from_dashboard = ok(http.get(f"/orders/{order_id}"))["order"]
+    from_api = place(http, org.member_email, denomination=25)
+
+    def shape(order):
+        order = {**order, "id": "X", "created_at": "X", "channel": "X"}
+        order["rewards"] = [{**r, "id": "X", "order_id": "X", "created_at": "X", "expires_at": "X"}
+                            for r in order["rewards"]]
+        return order
+
+    assert shape(from_dashboard) == shape(from_api)
+    assert from_dashboard["channel"] == "UI" and from_api["channel"] == "API"
+    from tests.factories import client_order  # noqa: F401 - the official client reads it too
+    org_api = org.api()
+    assert org_api.get_order(order_id).order.id == order_id
+
+
+def test_send_one_shows_the_apis_errors(admin, http, org):
+    before = ok(http.get("/orders"))["total_count"]
+    response = post(admin, "/dashboard/send", "/dashboard/send", {
+        "name": "Recipient", "email": "stranger@example.com", "amount": "25", "products": GIFT_CARD_USD})
+    assert response.status_code == 400
+    assert "rewards can only be sent to members of your organization" in text_of(response.text)
+    response = post(admin, "/dashboard/send", "/dashboard/send", {
+        "name": "Recipient", "email": org.member_email, "amount": "lots", "products": GIFT_CARD_USD})
+    assert response.status_code == 400 and "amount: must be a number" in text_of(response.text)
+    assert ok(http.get("/orders"))["total_count"] == before
+
+
+def test_product_search_and_category_filter(admin):
+    page = admin.get("/dashboard/send", params={"q": "coffee"}).text
+    assert "Harbor Coffee" in page and "Northwind Books" not in page
+    page = admin.get("/dashboard/send", params={"category": "charity"}).text
+    assert "Harbor Coffee" not in page
+
+
+def upload(client, content: str, **options):
+    return post(client, "/dashboard/send/bulk", "/dashboard/send/bulk", {"products": GIFT_CARD_USD, **options},
+                files={"file": ("people.csv", content.encode(), "text/csv")})
+
+
+def test_csv_with_a_bad_row_then_fixed_places_one_order_once(admin, http, org):
+    field = make_field(http, options=("Sales", "Support"), name="Department")
+    email = org.member_email
+    bad = f"name,email,amount,Department\nAda,{email},20,Sales\nBob,{email},abc,Support\nCy,{email},15,Legal\n"
+    response = upload(admin, bad)
+    assert response.status_code == 303
+    preview = admin.get(response.headers["location"])
+    text = text_of(preview.text)
+    assert "2 rows cannot be sent" in text
+    assert "3 Bob" in text and "amount: must be a number" in text
+    assert "must be one of: Sales, Support" in text
+    assert "Place order" not in text
+    fixed = f"name,email,amount,Department\nAda,{email},20,Sales\nBob,{email},10,Support\nCy,{email},15,Sales\n"
+    response = upload(admin, fixed)
+    preview_url = response.headers["location"]
+    text = text_of(admin.get(preview_url).text)
+    assert "Total 45.00 USD" in text and "Available balance 5000.00 USD" in text
+    assert "Place order of 3 rewards" in text
+    placed = post(admin, preview_url, preview_url, {})
+    assert placed.status_code == 303
+    order_id = placed.headers["location"].rsplit("/", 1)[1]
+    order = ok(http.get(f"/orders/{order_id}"))["order"]
+    assert len(order["rewards"]) == 3 and order["payment"]["total"] == 45
+    assert {r["custom_fields"][0]["value"] for r in order["rewards"]} == {"Sales", "Support"}
+    assert order["rewards"][0]["custom_fields"][0]["id"] == field["id"]
+    # The same file again, even as a new upload: the same order, nothing sent twice.
+    again = upload(admin, fixed).headers["location"]
+    assert f"already sent as order {order_id}" in text_of(admin.get(again).text)
+    assert post(admin, again, again, {}).headers["location"].endswith(order_id)
+    assert ok(http.get("/orders"))["total_count"] == 1
+
+
+def test_csv_of_5000_rows_is_one_order(admin, http, org, backend):
+    rows = "".join(f"Person {i},{org.member_email},1\n" for i in range(5000))
+    location = upload(admin, "name,email,amount\n" + rows, products=CHARITY_USD, method="LINK").headers["location"]
+    text = text_of(admin.get(location).text)
+    assert "Total 5000.00 USD" in text and "Place order of 5000 rewards" in text
+    placed = post(admin, location, location, {})
+    assert placed.status_code == 303, text_of(placed.text)[:500]
+    order = ok(http.get(f"/orders/{placed.headers['location'].rsplit('/', 1)[1]}"))["order"]
+    assert len(order["rewards"]) == 5000
+    assert ok(http.get("/funding_sources/BALANCE"))["funding_source"]["meta"]["available_cents"] == 0
+
+
+def test_csv_file_problems(admin):
+    text = text_of(admin.get(upload(admin, "who,amount\nx,1\n").headers["location"]).text)
+    assert "must name the columns name, email, amount; missing: name, email" in text
+
+
+def test_cancel_resend_and_generate_link(admin, http, org, engine, server):
+    reward = place(http, org.member_email)["rewards"][0]
+    path = f"/dashboard/rewards/{reward['id']}"
+    response = post(admin, path, f"{path}/cancel", {})
+    assert response.status_code == 303
+    assert "The reward was canceled and refunded" in text_of(admin.get(response.headers["location"]).text)
+    assert ok(http.get(f"/rewards/{reward['id']}"))["reward"]["redemption"]["status"] == "CANCELED"
+    again = post(admin, path, f"{path}/cancel", {})
+    assert again.status_code == 404 or "Cancel reward" not in again.text
+    # A delivery that fails, then a resend to a new address.
+    local, domain = org.member_email.split("@")
+    failing = place(http, f"{local}+fail@{domain}")["rewards"][0]
+    deliver_mail(engine, server.settings)
+    path = f"/dashboard/rewards/{failing['id']}"
+    assert "Email: Failed" in text_of(admin.get(path).text)
+    response = post(admin, path, f"{path}/resend", {"email": org.member_email})
+    assert response.status_code == 303
+    reward_now = ok(http.get(f"/rewards/{failing['id']}"))["reward"]
+    assert reward_now["delivery"]["status"] == "PENDING" and reward_now["recipient"]["email"] == org.member_email
+    refused = post(admin, path, f"{path}/resend", {})
+    assert refused.status_code == 422 and "Only rewards whose delivery failed" in text_of(refused.text)
+    link_reward = place(http, org.member_email, method="LINK")["rewards"][0]
+    path = f"/dashboard/rewards/{link_reward['id']}"
+    response = post(admin, path, f"{path}/link", {})
+    assert response.status_code == 200 and "A new link was generated" in response.text
+    assert re.search(r'value="http://127\.0\.0\.1:\d+/redeem/[A-Za-z0-9_\-]+"', response.text)
+
+
+def test_reward_filters(admin, http, org):
+    field = make_field(http, options=("North", "South"), name="Region")
+    north = place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "North"}])["rewards"][0]
+    south = place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "South"}])["rewards"][0]
+    page = admin.get("/dashboard/rewards", params={"field": "Region", "value": "North"}).text
+    assert north["id"] in page and south["id"] not in page
+    page = admin.get("/dashboard/rewards", params={"status": "CANCELED"}).text
+    assert north["id"] not in page and "No rewards match" in page
+    page = admin.get("/dashboard/rewards", params={"from": "2000-01-01", "to": "2000-01-02"}).text
+    assert "No rewards match" in page
+
+
+def test_pagination_is_in_the_database(admin, http, org):
+    from tests.factories import many_rewards_body
+
+    order = ok(http.post("/orders", json=many_rewards_body(org.member_email, [5] * 30)))["order"]
+    page = admin.get(f"/dashboard/orders/{order['id']}").text
+    assert page.count('href="/dashboard/rewards/') == 25
+    rest = admin.get(re.search(r'href="([^"]+)" rel="next"', page).group(1).replace("&amp;", "&")).text
+    assert rest.count('href="/dashboard/rewards/') == 5 and f"Order {order['id']}" in rest
+    first = admin.get("/dashboard/rewards")
+    assert first.text.count('href="/dashboard/rewards/') == 25 and "Next page" in first.text
+    second = admin.get(re.search(r'href="([^"]+)" rel="next"', first.text).group(1).replace("&amp;", "&"))
+    assert second.text.count('href="/dashboard/rewards/') == 5 and "Next page" not in second.text
+    assert "Newest" in second.text
+
+
+def test_funding_ledger_has_a_running_balance(admin, http, org):
+    place(http, org.member_email, denomination=100)
+    text = text_of(admin.get("/dashboard/funding").text)
+    assert "-100.00 USD 4900.00 USD" in text and "Sandbox pre-loaded balance 5000.00 USD 5000.00 USD" in text
+
+
+def test_keys_created_once_and_revoked(admin, org, server):
+    import httpx
+
+    response = post(admin, "/dashboard/developers", "/dashboard/developers/keys",
+                    {"label": "dashboard key", "permission": "read_write"})
+    assert response.status_code == 200
+    assert "Copy it now: it will not be shown again" in response.text
+    key = re.search(r'id="new-key" class="wide" readonly value="(LRG_SANDBOX_[^"]+)"', response.text).group(1)
+    api = httpx.Client(base_url=f"{server.url}/api/v2", headers={"Authorization": f"Bearer {key}"})
+    assert api.get("/orders").status_code == 200
+    page = admin.get("/dashboard/developers").text
+    assert key not in page and key[:16] in page
+    key_id = re.search(r'/dashboard/developers/keys/([A-Z0-9]+)/revoke"[^<]*<input[^>]*>\s*<button[^>]*>Revoke key '
+                       + re.escape(key[:16]), page).group(1)
+    assert post(admin, "/dashboard/developers", f"/dashboard/developers/keys/{key_id}/revoke", {}).status_code == 303
+    assert api.get("/orders").status_code == 401
+    api.close()
+
+
+def test_team_invite_sends_a_sign_in_link(admin, http, engine, server):
+    response = post(admin, "/dashboard/team", "/dashboard/team/invite",
+                    {"email": "new.hire@example.com", "name": "New Hire", "role": "MEMBER"})
+    assert response.status_code == 303
+    assert "Invitation sent" in text_of(admin.get(response.headers["location"]).text)
+    members = ok(http.get("/members"))["members"]
+    assert {"new.hire@example.com": "MEMBER"}.items() <= {m["email"]: m["role"] for m in members}.items()
+    deliver_mail(engine, server.settings)
+    from tests.dashboard.conftest import signin_links
+
+    assert signin_links(server.settings, "new.hire@example.com")
+    duplicate = post(admin, "/dashboard/team", "/dashboard/team/invite", {"email": "new.hire@example.com",
+                                                                          "role": "MEMBER"})
+    assert duplicate.status_code == 400 and "already a member" in text_of(duplicate.text)
+
+
+def test_team_role_change_and_last_admin(engine, admin, http, org):
+    mid, _ = add_member(engine, org.id, role="MEMBER")
+    response = post(admin, "/dashboard/team", f"/dashboard/team/members/{mid}/role", {"role": "ADMIN"})
+    assert response.status_code == 303
+    assert ok(http.get(f"/members/{mid}"))["member"]["role"] == "ADMIN"
+    assert post(admin, "/dashboard/team", f"/dashboard/team/members/{mid}/remove", {}).status_code == 303
+    assert ok(http.get("/members"))["members"].__len__() == 1
+
+
+def test_webhook_simulate_and_deliveries(admin, http):
+    response = post(admin, "/dashboard/developers", "/dashboard/developers/webhook", {"url": "http://127.0.0.1:9/hook"})
+    assert response.status_code == 303
+    page = admin.get("/dashboard/developers").text
+    hook = ok(http.get("/webhooks"))["webhooks"][0]
+    assert hook["url"] == "http://127.0.0.1:9/hook" and hook["private_key"] in page
+    response = post(admin, "/dashboard/developers", f"/dashboard/developers/webhook/{hook['id']}/simulate",
+                    {"event": "ORDERS.CREATED"})
+    assert response.status_code == 303 and "Test event queued" in text_of(admin.get(response.headers["location"]).text)
+    bad = post(admin, "/dashboard/developers", "/dashboard/developers/webhook", {"url": "ftp://x"})
+    assert bad.status_code == 400
+
+
+def test_campaign_create_edit_and_preview(admin, http):
+    response = post(admin, "/dashboard/campaigns/new", "/dashboard/campaigns/new", {
+        "name": "Thank you", "products": GIFT_CARD_USD, "page_headline": "Thanks for your help",
+        "email_subject_line": "A thank-you from us", "email_button_color": "#123456"})
+    assert response.status_code == 303, text_of(response.text)
+    campaign_id = response.headers["location"].split("/")[-1].split("?")[0]
+    campaign = ok(http.get(f"/campaigns/{campaign_id}"))["campaign"]
+    assert campaign["webpage_style"]["headline"] == "Thanks for your help"
+    assert campaign["email_style"]["button_color"] == "#123456"
+    bad = post(admin, f"/dashboard/campaigns/{campaign_id}", f"/dashboard/campaigns/{campaign_id}", {
+        "name": "Thank you", "products": GIFT_CARD_USD, "email_button_color": "blue"})
+    assert bad.status_code == 400 and "must be a hex colour" in text_of(bad.text)
+    page = admin.get("/dashboard/campaigns/preview/page", params={"products": GIFT_CARD_USD,
+                                                                  "page_headline": "Hello there"})
+    assert page.status_code == 200 and "Hello there" in page.text and "Northwind Books" in page.text
+    assert "frame-ancestors 'self'" in page.headers["content-security-policy"]
+    email = admin.get("/dashboard/campaigns/preview/email", params={"email_subject_line": "Subject!"})
+    assert email.status_code == 200 and "Alex Recipient" in email.text
+
+
+@pytest.mark.parametrize("path", ["/dashboard/team", "/dashboard/developers"])
+def test_signed_out_visitors_are_sent_to_sign_in(server, path):
+    import httpx
+
+    response = httpx.get(server.url + path)
+    assert response.status_code == 303 and response.headers["location"].startswith("/dashboard/signin?next=")
+
+
+def test_member_of_other_org_sees_only_their_org(engine, server, org, other_org, http):
+    place(http, org.member_email)
+    mid, _ = add_member(engine, other_org.id, role="ADMIN")
+    client = signed_in(engine, server.url, other_org.id, mid)
+    assert "No orders yet" in text_of(client.get("/dashboard").text)
+    assert "No rewards match" in client.get("/dashboard/rewards").text
+    client.close()
+
+
+def test_bad_bytes_get_an_answer_not_an_error(admin, server):
+    from tests.dashboard.conftest import page_client
+
+    nul = upload(admin, "name,email,amount\nA\x00,a@example.com,5\n")
+    assert nul.status_code == 400 and "not a CSV text file" in text_of(nul.text)
+    latin = post(admin, "/dashboard/send/bulk", "/dashboard/send/bulk", {},
+                 files={"file": ("x.csv", "name,email,amount\nJos\xe9,a@example.com,5\n".encode("latin-1"),
+                                 "text/csv")})
+    assert latin.status_code == 400 and "not UTF-8" in text_of(latin.text)
+    with page_client(server.url) as client:
+        form = client.get("/dashboard/signin")
+        response = client.post("/dashboard/signin",
+                               data={"csrf_token": csrf_of(form.text), "email": "a\x00b@example.com"})
+        assert response.status_code == 200
+    assert admin.get("/dashboard/rewards", params={"field": "x\x00", "value": "y\x00"}).status_code == 200
