@@ -124,6 +124,8 @@ def _loggable_path(path: str) -> str:
     """The path without secrets: redemption tokens are bearer secrets and never logged."""
     if path.startswith("/redeem/"):
         return "/redeem/<token>"
+    if path.startswith("/reports/download/"):  # a report's download link (docs/reports.md)
+        return "/reports/download/<token>"
     return path
 
 
