@@ -85,6 +85,10 @@ def test_one_json_log_line_per_request_without_secrets(tmp_path):
             assert GENERATED_ID.fullmatch(page.headers["X-Request-ID"])  # not sane: replaced
             sent.append((page.headers["X-Request-ID"], "GET", "/redeem/<token>", 200))
 
+            download = client.get("/reports/download/" + "ab" * 32)  # a report link's token is a secret too
+            assert download.status_code == 404
+            sent.append((download.headers["X-Request-ID"], "GET", "/reports/download/<token>", 404))
+
             too_long = client.get("/healthz", headers={"X-Request-ID": "a" * 200})
             assert GENERATED_ID.fullmatch(too_long.headers["X-Request-ID"])
             sent.append((too_long.headers["X-Request-ID"], "GET", "/healthz", 200))

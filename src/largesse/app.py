@@ -126,6 +126,8 @@ def _loggable_path(path: str) -> str:
         return "/redeem/<token>"
     if path.startswith("/connect/"):
         return "/connect/<token>"
+    if path.startswith("/reports/download/"):  # a report's download link (docs/reports.md)
+        return "/reports/download/<token>"
     return path
 
 

@@ -131,8 +131,7 @@ def test_removed_member_loses_the_session(engine, server, org):
     assert client.get("/dashboard").status_code == 200
     from largesse.orgs import service as orgs
 
-    with db.write(engine) as conn:
-        orgs.remove_member(conn, organization_id=org.id, member_id=mid)
+    orgs.remove_member(engine, organization_id=org.id, member_id=mid)
     assert client.get("/dashboard").status_code == 303
     client.close()
 
