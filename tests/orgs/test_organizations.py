@@ -94,6 +94,25 @@ def test_copy_settings_copies_campaigns_fields_and_users(org, api, http, engine)
     assert fees == {plain.id: 250, copied.id: 250}  # operator terms are always inherited
 
 
+def test_copy_settings_copies_fraud_rules_and_approvals(org, api, http, engine):
+    ok(http.post("/fraud_rules/review_email", json={"config": {"domains": ["spam.example"]}}))
+    with db.write(engine) as conn:
+        conn.execute(organizations.update().where(organizations.c.id == org.id).values(approval_mode="all"))
+
+    plain = _sub_org(api, "Plain rules")
+    copied = _sub_org(api, "Copied rules", fraud_prevention=True, order_approvals=True)
+    with Org(plain.id, plain.api_key, "", "", org.base_url).http() as child:
+        assert ok(child.get("/fraud_rules"))["fraud_rules"] == []
+    with Org(copied.id, copied.api_key, "", "", org.base_url).http() as child:
+        rules = ok(child.get("/fraud_rules"))["fraud_rules"]
+        assert [(r["rule_type"], r["config"]["domains"]) for r in rules] == [("review_email", ["spam.example"])]
+    with db.read(engine) as conn:
+        modes = dict(conn.execute(organizations.select().with_only_columns(
+            organizations.c.id, organizations.c.approval_mode)
+            .where(organizations.c.id.in_([plain.id, copied.id]))).all())
+    assert modes == {plain.id: "off", copied.id: "all"}
+
+
 def test_create_organization_without_key_and_validation(org, api, http):
     created = _sub_org(api, "No Key", with_api_key=False, currency_code="EUR")
     assert created.api_key is None and created.currency_code == "EUR"

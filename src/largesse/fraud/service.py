@@ -129,6 +129,19 @@ def delete_rule(conn: Connection, org: str, rule_type: str) -> str:
     return f"The {rule_type} rule has been deleted."
 
 
+def copy_rules(conn: Connection, source_org: str, target_org: str) -> int:
+    """Copy every rule of source_org to target_org (a new sub-organization with
+    copy_settings.fraud_prevention), in the caller's transaction; returns how many."""
+    now = utcnow()
+    rows = [{"organization_id": target_org, "rule_type": row.rule_type, "config": row.config,
+             "created_at": now, "updated_at": now}
+            for row in conn.execute(select(fraud_rules.c.rule_type, fraud_rules.c.config)
+                                    .where(fraud_rules.c.organization_id == source_org))]
+    if rows:
+        conn.execute(fraud_rules.insert(), rows)
+    return len(rows)
+
+
 # --- evaluation at redemption -----------------------------------------------------------------
 
 

@@ -103,9 +103,7 @@ def _copy_rows(conn: Connection, table: Table, source_org: str, target_org: str)
 
 
 def copy_fraud_prevention(conn: Connection, source_org: str, target_org: str) -> None:
-    """copy_settings.fraud_prevention: copy the source organization's fraud rules to the target.
+    """copy_settings.fraud_prevention: the source organization's fraud rules, in this transaction."""
+    from largesse.fraud import service as fraud
 
-    Hook for the fraud-rules module: Largesse has no fraud rules table on this branch, so there
-    is nothing to copy yet. The lead wires the fraud rules' copy here at merge (copy the rule
-    rows of source_org with target_org as their organization), in this same transaction.
-    """
+    fraud.copy_rules(conn, source_org, target_org)
