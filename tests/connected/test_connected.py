@@ -139,10 +139,15 @@ def test_connect_page_get_does_not_spend_post_spends_once(org, api, engine):
         signed_in = browser.post(action, data={"csrf_token": csrf})
         assert signed_in.status_code == 200, signed_in.text
         assert "Customer &lt;One&gt;" in signed_in.text and "$5,000.00" in signed_in.text
-        back = re.search(r'<a class="button" href="([^"]+)">Return to platform.example.com</a>', signed_in.text)
+        back = re.search(r'<a href="([^"]+)">Return to platform.example.com</a>', signed_in.text)
         link = urlsplit(back.group(1).replace("&amp;", "&"))
         assert (link.scheme, link.netloc, link.path) == ("https", "platform.example.com", "/back")
         assert parse_qs(link.query) == {"tab": ["rewards"], "state": ["xyz 1"]}
+        # The member is signed in to the dashboard of the connected organization, not the platform's.
+        assert 'href="/dashboard">Open the dashboard</a>' in signed_in.text
+        dashboard = browser.get("/dashboard")
+        assert dashboard.status_code == 200 and "Customer &lt;One&gt;" in dashboard.text
+        assert "Acme" not in dashboard.text
 
         again = browser.post(action, data={"csrf_token": csrf})
         assert again.status_code == 410 and "already been used" in again.text

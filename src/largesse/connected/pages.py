@@ -27,6 +27,7 @@ from starlette.responses import HTMLResponse, Response
 
 from largesse import db
 from largesse.connected import service
+from largesse.dashboard import signin
 from largesse.funding import service as funding
 from largesse.orgs import service as orgs
 from largesse.orgs.models import members
@@ -125,13 +126,16 @@ def _spend(request: Request, token: str, body: bytes) -> Response:
             organization = orgs.get_org(conn, organization_id)
             balance = funding.resolve(conn, organization_id, "BALANCE")
             member = conn.execute(members.select().where(members.c.id == member_id)).first()
+            session = signin.start_session(conn, member_id=member_id)  # the dashboard's own session
     except service.SessionError as exc:
         return _message(exc.kind)
-    return _render(200, step="signed_in", title=f"Signed in to {organization.name}", organization=organization.name,
+    response = _render(200, step="signed_in", title=f"Signed in to {organization.name}", organization=organization.name,
                    member=member.name or member.email,
                    balance=format_money(balance.available_cents, balance.currency_code),
                    return_link=service.return_link(return_url, state),
                    return_host=urlsplit(return_url).netloc)
+    signin.set_session_cookie(response, session, public_url=request.app.state.settings.public_url)
+    return response
 
 
 def _guarded(handler, request: Request, *args) -> Response:

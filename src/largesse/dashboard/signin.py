@@ -209,6 +209,13 @@ def start_session(conn: Connection, *, member_id: str) -> str:
     return value
 
 
+def set_session_cookie(response, value: str, *, public_url: str) -> None:
+    """The session cookie, the same for every sign-in path: HttpOnly, SameSite=Lax, scoped to
+    /dashboard, Secure when the public URL is https."""
+    response.set_cookie(COOKIE, value, httponly=True, samesite="lax", path="/dashboard",
+                        secure=public_url.startswith("https://"), max_age=int(ABSOLUTE.total_seconds()))
+
+
 SESSION_COLUMNS = (
     sessions.c.id_hash, sessions.c.last_seen_at, sessions.c.expires_at, sessions.c.ended_at,
     members.c.id.label("member_id"), members.c.email, members.c.name, members.c.role, members.c.active,

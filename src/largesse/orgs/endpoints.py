@@ -22,10 +22,6 @@ from largesse.web import EngineDep, clean_text, json_response, read_db, write_db
 
 router = APIRouter(tags=["organization"])
 
-# The roles used to be defined here as {id: (title, description)}; orgs/roles.py owns them now.
-# Kept in that shape for code written against the old location (the dashboard branch).
-ROLES = {role_id: (role.title, role.description) for role_id, role in roles.ROLES.items()}
-
 # A website as an organization gives it: http(s) URL or a bare host name, optionally a path.
 WEBSITE = re.compile(r"^(https?://)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*(:\d{1,5})?"
                      r"(/[^\s<>\"'\\]*)?$")

@@ -58,8 +58,7 @@ def signin_spend(ctx):
     if signed_in is None:
         return _expired(ctx)
     response = ctx.redirect(signed_in.next_path or PREFIX)
-    response.set_cookie(signin.COOKIE, signed_in.cookie, httponly=True, samesite="lax", path=PREFIX,
-                        secure=ctx.secure, max_age=int(signin.ABSOLUTE.total_seconds()))
+    signin.set_session_cookie(response, signed_in.cookie, public_url=ctx.settings.public_url)
     return response
 
 
