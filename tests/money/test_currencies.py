@@ -207,3 +207,19 @@ def test_a_reference_credits_one_balance(org, cli, http):
     reserved = cli("balance", "fund", "--org", org.id, "--amount", "1", "--memo", "x", "--reference", "topup:X",
                    check=False)
     assert reserved.returncode == 1 and "reserved" in reserved.stderr
+
+
+def test_concurrent_orders_never_overdraw_a_eur_balance(org, http, cli):
+    import concurrent.futures
+
+    cli("balance", "fund", "--org", org.id, "--amount", "100", "--memo", "EUR wire", "--currency", "EUR")
+
+    def place(_):
+        with org.http() as client:
+            return client.post("/orders", json=_eur_body(org.member_email, denomination=30)).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        statuses = sorted(pool.map(place, range(8)))
+    assert statuses == [200] * 3 + [402] * 5, statuses
+    assert _sources(http)["EUR"]["meta"]["available_cents"] == 1000 and available_cents(http) == 500000
+    assert ledger_problems(cli, org.id) == []
