@@ -6,6 +6,7 @@ import contextlib
 import logging
 from pathlib import Path
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
@@ -174,16 +175,18 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        worker = None
+        # Delivery runs in child processes, never on this process's threads (its GIL is the
+        # event loop's): delivery/supervisor.py.
+        supervisor = None
         if settings.run_worker:
-            from largesse.delivery import worker as delivery_worker
+            from largesse.delivery.supervisor import DeliverySupervisor
 
-            worker = delivery_worker.start_background(engine, settings)
+            supervisor = DeliverySupervisor(settings).start()
         try:
             yield
         finally:
-            if worker is not None:
-                worker.stop()
+            if supervisor is not None:
+                await anyio.to_thread.run_sync(supervisor.stop)
 
     app = FastAPI(
         title="Largesse",

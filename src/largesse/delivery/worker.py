@@ -1,7 +1,8 @@
 """The delivery worker: threads that claim due jobs and run them, and a heartbeat.
 
-It runs inside `largesse serve` (one per server process, started and stopped by the app's
-lifespan) and as `largesse worker` processes; any number of them may share a database.
+It runs as `largesse worker` processes, which `largesse serve` starts and supervises itself
+by default (delivery/supervisor.py; never as threads of the API process); any number of them
+may share a database.
 
 - Lanes. Email threads (LARGESSE_WORKER_CONCURRENCY) claim only "mail" jobs (emails, the
   expiry sweep); webhook threads (LARGESSE_WEBHOOK_CONCURRENCY) claim only webhook POSTs, one
@@ -282,16 +283,3 @@ class Worker:
                 self.outage.failed(exc)
             else:
                 log.exception("delivery worker %s: housekeeping failed", self.id)
-
-
-class _Stopper:
-    def __init__(self, worker: Worker):
-        self.worker = worker
-
-    def stop(self) -> None:
-        self.worker.stop()
-
-
-def start_background(engine, settings: Settings) -> _Stopper:
-    """The in-process worker of `largesse serve` (settings.run_worker)."""
-    return _Stopper(Worker(engine, settings).start())
