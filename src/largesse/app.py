@@ -204,6 +204,10 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = engine
+    from largesse.orders.fast_route import FastOrderRoute
+
+    # Innermost, so added first: POST /api/v2/orders without the routing (orders/fast_route.py).
+    app.add_middleware(FastOrderRoute, fastapi_app=app)
     paths.install(app)  # path parameters checked before routing (paths.py)
     ratelimit.install(app, settings, engine, prefix=API_PREFIX + "/")  # per key/org limits (ratelimit.py)
     app.add_middleware(RequestGuard)
