@@ -188,9 +188,17 @@ class Server:
                                  text=True).stdout.split()
         except OSError:
             out = []
-        children = [int(p) for p in out]
+        # Not the delivery processes that `largesse serve` supervises: they serve no request.
+        children = [int(p) for p in out if not _is_delivery_worker(int(p))]
         # uvicorn with --workers N>1 spawns N children (plus a resource tracker on some versions).
         return children if len(children) > 1 else [self.proc.pid]
+
+    def delivery_pids(self) -> list[int]:
+        if self.proc is None:
+            return []
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True,
+                             text=True).stdout.split()
+        return [int(p) for p in out if _is_delivery_worker(int(p))]
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) used so far by the server process and its workers."""
@@ -219,6 +227,14 @@ class Server:
                 self.proc.wait(timeout=5)
         self._log.close()
         self.proc = None
+
+
+def _is_delivery_worker(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"largesse" in argv and b"worker" in argv
 
 
 def server_env(database_url: str, **extra: str) -> dict[str, str]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-PATH = "/api/v2/orders"
+API_PREFIX = "/api/v2"
+PATH = API_PREFIX + "/orders"
 
 
 class FastOrderRoute:
@@ -28,8 +29,11 @@ class FastOrderRoute:
         self.route = None
 
     def _find_route(self):
-        for route in self.fastapi_app.routes:
-            if getattr(route, "path", None) == PATH and "POST" in (getattr(route, "methods", None) or ()):
+        """The FastAPI route of POST /orders (its template labels the request log and metrics)."""
+        from largesse.orders.endpoints import router
+
+        for route in router.routes:
+            if getattr(route, "path", None) == PATH.removeprefix(API_PREFIX) and "POST" in route.methods:
                 return route
         return None
 
@@ -38,7 +42,7 @@ class FastOrderRoute:
             return await self.app(scope, receive, send)
         if self.route is None:
             self.route = self._find_route()
-            if self.route is None:  # not registered in this app: nothing to shortcut
+            if self.route is None:  # no such route: nothing to shortcut
                 return await self.app(scope, receive, send)
         from largesse.orders.endpoints import place
 
