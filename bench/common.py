@@ -245,7 +245,8 @@ def server_env(database_url: str, **extra: str) -> dict[str, str]:
         # The delivery worker would compete for the two cores and the database; benchmarks
         # measure the API alone.
         "LARGESSE_RUN_WORKER": "0",
-        "PYTHONPATH": str(ROOT),
+        # BENCH_LARGESSE_SRC: another checkout's src/ (e.g. the previous commit's, for a before/after).
+        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("BENCH_LARGESSE_SRC"), str(ROOT)) if p),
     })
     env.update(extra)
     return env
