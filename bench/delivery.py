@@ -1,6 +1,6 @@
 """Delivery throughput: emails/s from `largesse worker` processes to a local SMTP sink.
 
-    python -m bench.delivery [--count 10000] [--quick] [--db sqlite|postgresql] [--procs 1,2]
+    python -m bench.delivery [--count 5000] [--quick] [--db sqlite|postgresql] [--procs 1,2]
 
 For each backend, a fresh database gets one funded organization and, per run, one order of
 `--count` EMAIL rewards with their deliver_reward jobs (inserted in one transaction, as
@@ -128,12 +128,12 @@ def run_once(url: str, org: common.BenchOrg, sink, handler: CountingHandler, pro
 
 def main(args: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench.delivery", description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=10_000, help="emails per run")
+    parser.add_argument("--count", type=int, default=5_000, help="emails per run")
     parser.add_argument("--quick", action="store_true", help="2,000 emails per run")
     parser.add_argument("--db", choices=("sqlite", "postgresql"), help="one database backend")
     parser.add_argument("--procs", default="1,2", help="worker process counts to compare")
     opts = parser.parse_args(args)
-    count = 2_000 if opts.quick and opts.count == 10_000 else opts.count
+    count = 2_000 if opts.quick and opts.count == 5_000 else opts.count
     kinds = [opts.db] if opts.db else ["sqlite", "postgresql"]
     if "postgresql" in kinds and not common.pg_available():
         common.log("delivery: PostgreSQL not reachable; SQLite only")

@@ -57,7 +57,7 @@ def parse_args(args: list[str] | None):
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--db", choices=("sqlite", "postgresql", "all"), default="all")
     parser.add_argument("--workers", help="only configurations with these API process counts, e.g. 2")
-    parser.add_argument("--duration", type=float, help="seconds per measurement (default 5, quick 3)")
+    parser.add_argument("--duration", type=float, help="seconds per measurement (default 4, quick 3)")
     parser.add_argument("--reps", type=int, help="measurements per server and load (default 3, quick 2)")
     parser.add_argument("--orgs", type=int, default=8, help="organizations of the many-organization loads")
     parser.add_argument("--history", type=int, help="earlier orders per organization (default 2000, quick 500)")
@@ -169,7 +169,7 @@ def bench_config(config: Config, *, duration: float, warmup: float, reps: int, n
 
 def main(args: list[str] | None = None) -> dict:
     opts = parse_args(args)
-    duration = opts.duration or (3 if opts.quick else 5)
+    duration = opts.duration or (3 if opts.quick else 4)
     warmup = 1 if opts.quick else 2
     reps = opts.reps or (2 if opts.quick else 3)
     history = opts.history if opts.history is not None else (500 if opts.quick else 2000)
