@@ -111,15 +111,19 @@ def parse(body: bytes, bands: dict[str, tuple[int, int]], currency: str) -> dict
     method = (delivery.get("method") or "EMAIL") if isinstance(delivery, dict) else None
     if method != "EMAIL":
         raise Invalid(400, "the baseline handles EMAIL delivery only")
+    external_id = data.get("external_id")
+    if external_id is not None and (not isinstance(external_id, str) or not 0 < len(external_id) <= 200):
+        raise Invalid(400, "external_id must be a string of at most 200 characters")
     return {"products": list(dict.fromkeys(products)), "cents": cents, "name": name.strip(),
-            "email": email.strip(), "email_key": email_key(email)}
+            "email": email.strip(), "email_key": email_key(email), "external_id": external_id,
+            "request_hash": hashlib.sha256(body).hexdigest() if external_id is not None else None}
 
 
 def order_wire(order_id: str, reward_id: str, req: dict, currency: str, now: datetime, expires) -> bytes:
     amount = to_wire(req["cents"])
     return orjson.dumps({"order": {
-        "id": order_id, "external_id": None, "campaign_id": None, "created_at": iso(now), "status": "EXECUTED",
-        "channel": "API",
+        "id": order_id, "external_id": req["external_id"], "campaign_id": None, "created_at": iso(now),
+        "status": "EXECUTED", "channel": "API",
         "payment": {"subtotal": amount, "total": amount, "fees": 0, "discount": 0, "currency_code": currency},
         "rewards": [{
             "id": reward_id, "order_id": order_id, "created_at": iso(now),
@@ -161,6 +165,11 @@ class SqliteStore:
         total = cents + fee
         c.execute("BEGIN IMMEDIATE")
         try:
+            if req["external_id"] is not None and c.execute(
+                    "SELECT 1 FROM orders WHERE organization_id = ? AND external_id = ?",
+                    (org, req["external_id"])).fetchone() is not None:
+                c.execute("ROLLBACK")
+                return 409, _error("external_id already used")
             row = c.execute(
                 "UPDATE funding_sources SET available_cents = available_cents - ? "
                 "WHERE id = ? AND available_cents >= ? RETURNING available_cents", (total, fs_id, total)).fetchone()
@@ -170,8 +179,8 @@ class SqliteStore:
             c.execute(
                 "INSERT INTO orders (id, organization_id, external_id, request_hash, campaign_id, status, channel, "
                 "funding_source_id, currency_code, subtotal_cents, fees_cents, discount_cents, total_cents, "
-                "refund_cents, created_at) VALUES (?, ?, NULL, NULL, NULL, 'EXECUTED', 'API', ?, ?, ?, ?, 0, ?, 0, ?)",
-                (order_id, org, fs_id, currency, cents, fee, total, stamp))
+                "refund_cents, created_at) VALUES (?, ?, ?, ?, NULL, 'EXECUTED', 'API', ?, ?, ?, ?, 0, ?, 0, ?)",
+                (order_id, org, req["external_id"], req["request_hash"], fs_id, currency, cents, fee, total, stamp))
             c.execute(
                 "INSERT INTO rewards (id, organization_id, order_id, campaign_id, products, denomination_cents, "
                 "fee_cents, currency_code, recipient_name, recipient_email, delivery_method, delivery_status, "
@@ -212,12 +221,14 @@ WITH debit AS (
     UPDATE funding_sources SET available_cents = available_cents - %(total)s
     WHERE id = %(fs)s AND available_cents >= %(total)s
       AND EXISTS (SELECT 1 FROM members WHERE organization_id = %(org)s AND email_key = %(email_key)s)
+      AND NOT EXISTS (SELECT 1 FROM orders WHERE organization_id = %(org)s AND external_id = %(external_id)s)
     RETURNING available_cents
 ), o AS (
-    INSERT INTO orders (id, organization_id, status, channel, funding_source_id, currency_code, subtotal_cents,
-                        fees_cents, discount_cents, total_cents, refund_cents, created_at)
-    SELECT %(order_id)s, %(org)s, 'EXECUTED', 'API', %(fs)s, %(currency)s, %(cents)s, %(fee)s, 0, %(total)s, 0,
-           %(now)s
+    INSERT INTO orders (id, organization_id, external_id, request_hash, status, channel,
+                        funding_source_id, currency_code, subtotal_cents, fees_cents, discount_cents,
+                        total_cents, refund_cents, created_at)
+    SELECT %(order_id)s, %(org)s, %(external_id)s, %(request_hash)s, 'EXECUTED', 'API', %(fs)s, %(currency)s,
+           %(cents)s, %(fee)s, 0, %(total)s, 0, %(now)s
     FROM debit
     RETURNING id
 ), r AS (
@@ -288,13 +299,15 @@ class PgStore:
         params = {"total": cents + fee, "fs": fs_id, "org": org, "email_key": req["email_key"], "order_id": order_id,
                   "currency": currency, "cents": cents, "fee": fee, "now": now, "reward_id": reward_id,
                   "products": orjson.dumps(req["products"]).decode(), "name": req["name"], "email": req["email"],
-                  "expires": expires}
+                  "expires": expires, "external_id": req["external_id"], "request_hash": req["request_hash"]}
         row = await self._fetchone(PG_ORDER_SQL, params)
         if row is None:
             member = await self._fetchone("SELECT 1 FROM members WHERE organization_id = %s AND email_key = %s",
                                           (org, req["email_key"]))
             if member is None:
                 return 400, _error("in the sandbox, rewards can only be sent to members of your organization")
+            if req["external_id"] is not None:
+                return 409, _error("external_id already used")
             return 402, _error("Insufficient funds in the balance for this order")
         return 200, order_wire(order_id, reward_id, req, currency, now, expires)
 

@@ -76,13 +76,17 @@ class WrkResult:
 
 
 def run_wrk(url: str, *, duration: float, connections: int = 16, mode: str = "get", api_key: str = "",
-            email: str = "", threads: int = 1, timeout_s: int = 10, server: Server | None = None) -> WrkResult:
+            email: str = "", threads: int = 1, timeout_s: int = 10, server: Server | None = None,
+            orgs: list[BenchOrg] | None = None, external_id: bool = False) -> WrkResult:
+    """wrk against url. Orders (mode "order") go to `orgs` at random (else api_key/email), each
+    with a unique external_id when `external_id`."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     env = {**os.environ, "BENCH_MODE": mode, "BENCH_PATH": path, "BENCH_API_KEY": api_key,
-           "BENCH_EMAIL": email, "BENCH_PRODUCT": PRODUCT}
+           "BENCH_EMAIL": email, "BENCH_PRODUCT": PRODUCT, "BENCH_EXTERNAL_ID": "1" if external_id else "0",
+           "BENCH_ORGS": ";".join(f"{o.api_key} {o.member_email}" for o in orgs or [])}
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", f"--timeout={timeout_s}s",
            "--latency", "-s", str(LUA), f"{parts.scheme}://{parts.netloc}{path}"]
     cpu_before = server.cpu_seconds() if server else 0.0
@@ -184,9 +188,17 @@ class Server:
                                  text=True).stdout.split()
         except OSError:
             out = []
-        children = [int(p) for p in out]
+        # Not the delivery processes that `largesse serve` supervises: they serve no request.
+        children = [int(p) for p in out if not _is_delivery_worker(int(p))]
         # uvicorn with --workers N>1 spawns N children (plus a resource tracker on some versions).
         return children if len(children) > 1 else [self.proc.pid]
+
+    def delivery_pids(self) -> list[int]:
+        if self.proc is None:
+            return []
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True,
+                             text=True).stdout.split()
+        return [int(p) for p in out if _is_delivery_worker(int(p))]
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) used so far by the server process and its workers."""
@@ -217,6 +229,14 @@ class Server:
         self.proc = None
 
 
+def _is_delivery_worker(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"largesse" in argv and b"worker" in argv
+
+
 def server_env(database_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LARGESSE_")}
     env.update({
@@ -225,18 +245,23 @@ def server_env(database_url: str, **extra: str) -> dict[str, str]:
         # The delivery worker would compete for the two cores and the database; benchmarks
         # measure the API alone.
         "LARGESSE_RUN_WORKER": "0",
-        "PYTHONPATH": str(ROOT),
+        # BENCH_LARGESSE_SRC: another checkout's src/ (e.g. the previous commit's, for a before/after).
+        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("BENCH_LARGESSE_SRC"), str(ROOT)) if p),
     })
     env.update(extra)
     return env
 
 
-def largesse_server(database_url: str, workers: int, log_dir: Path) -> Server:
+def largesse_server(database_url: str, workers: int, log_dir: Path, *, delivery: bool = False) -> Server:
+    """`largesse serve`; with `delivery`, as `make run` starts it: delivering (to a mail
+    directory, the default transport), in its supervised child process."""
     port = free_port()
     env = server_env(database_url, LARGESSE_PUBLIC_URL=f"http://127.0.0.1:{port}")
+    if delivery:
+        env.update(LARGESSE_RUN_WORKER="1", LARGESSE_MAIL_DIR=str(log_dir / f"mail-{port}"))
     cmd = [str(VENV_BIN / "largesse"), "serve", "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers)]
-    return Server(f"largesse-w{workers}", cmd, env, port, log_dir)
+    return Server(f"largesse-w{workers}{'-delivery' if delivery else ''}", cmd, env, port, log_dir)
 
 
 def baseline_server(database_url: str, workers: int, log_dir: Path) -> Server:
@@ -340,3 +365,60 @@ def pg_setting(name: str) -> str | None:
             return conn.execute(f"SHOW {name}").fetchone()[0]
     except Exception:
         return None
+
+
+def seed_history(url: str, orgs: list[BenchOrg], per_org: int) -> None:
+    """`per_org` earlier orders for each organization (order, reward, ledger entry and a done
+    delivery job each, bulk-inserted), so that the bench runs against balances and tables
+    with history, as a live service has."""
+    from datetime import timedelta
+
+    from largesse import db
+    from largesse.delivery.models import jobs
+    from largesse.funding.models import funding_sources, ledger_entries
+    from largesse.ids import new_id
+    from largesse.orders.models import orders, rewards
+    from largesse.timeutil import utcnow
+
+    engine = db.make_engine(url)
+    start = utcnow() - timedelta(days=30)
+    try:
+        for org in orgs:
+            order_rows, reward_rows, ledger_rows, job_rows = [], [], [], []
+            balance = FUNDING_CENTS
+            for i in range(per_org):
+                at = start + timedelta(seconds=i)
+                order_id, reward_id = new_id(), new_id()
+                balance -= 500
+                order_rows.append({
+                    "id": order_id, "organization_id": org.organization_id, "external_id": f"history-{i}",
+                    "request_hash": "0" * 64, "campaign_id": None, "status": "EXECUTED", "channel": "API",
+                    "funding_source_id": org.funding_source_id, "currency_code": "USD", "subtotal_cents": 500,
+                    "fees_cents": 0, "discount_cents": 0, "total_cents": 500, "refund_cents": 0, "created_at": at})
+                reward_rows.append({
+                    "id": reward_id, "organization_id": org.organization_id, "order_id": order_id,
+                    "campaign_id": None, "products": [PRODUCT], "denomination_cents": 500, "fee_cents": 0,
+                    "currency_code": "USD", "recipient_name": "Earlier", "recipient_email": org.member_email,
+                    "recipient_phone": None, "delivery_method": "EMAIL", "delivery_status": "SUCCEEDED",
+                    "delivery_meta": None, "delivered_at": at, "deliver_at": None, "language": "en",
+                    "status": "ACTIVE", "expires_at": None, "created_at": at})
+                ledger_rows.append({
+                    "funding_source_id": org.funding_source_id, "organization_id": org.organization_id,
+                    "amount_cents": -500, "balance_after_cents": balance, "kind": "order", "memo": None,
+                    "order_id": order_id, "reward_id": None, "created_at": at})
+                job_rows.append({
+                    "kind": "deliver_reward", "lane": "mail", "organization_id": org.organization_id,
+                    "reward_id": reward_id, "payload": None, "status": "done", "attempts": 1, "max_attempts": 8,
+                    "run_after": at, "created_at": at, "updated_at": at})
+            with db.write(engine) as conn:
+                for table, rows in ((orders, order_rows), (rewards, reward_rows), (ledger_entries, ledger_rows),
+                                    (jobs, job_rows)):
+                    for n in range(0, len(rows), 1000):
+                        conn.execute(table.insert(), rows[n:n + 1000])
+                conn.execute(funding_sources.update().where(funding_sources.c.id == org.funding_source_id)
+                             .values(available_cents=funding_sources.c.available_cents - 500 * per_org))
+        if engine.dialect.name == "postgresql":
+            with db.write(engine) as conn:
+                conn.exec_driver_sql("ANALYZE")
+    finally:
+        engine.dispose()

@@ -1,37 +1,71 @@
 """POST /orders throughput and latency: Largesse against the bare baseline, alternating.
 
-For each database (a fresh SQLite file; a fresh PostgreSQL database) and each worker count,
-both servers run side by side on their own fresh database, are warmed up, then measured
-in turn (Largesse, baseline, baseline, Largesse, ...) `reps` times with wrk at 16
-connections; we report medians, and the ratio of the medians. Every request is a valid
-single-reward order (bench/wrk.lua); the balance is funded so that none is refused, and any
-non-200 answer is counted and reported.
+Orders are sent the way integrations send them: every order carries a unique `external_id`,
+goes to one of several organizations (`--orgs`, default 8) whose balances already have
+thousands of earlier orders (`--history` per organization), and, as the worst case, all to one
+organization. Largesse runs with `make run`'s defaults, delivery included (its supervised
+delivery process writes the emails to a mail directory); one configuration per database runs
+with LARGESSE_RUN_WORKER=0 to show what delivery costs the API.
 
-Run alone: python -m bench.orders [--quick] [--db sqlite|postgresql] [--workers 1,2]
+For each configuration both servers run side by side on their own fresh database (same
+history), are warmed up, then measured in turn (Largesse, baseline, baseline, Largesse, ...)
+`reps` times per load; we report medians and the ratio of the medians.
+
+Run alone: python -m bench.orders [--quick] [--db sqlite|postgresql] [--workers 1,2,4]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 from bench import common
 
-CONNECTIONS = 16
+
+@dataclass(frozen=True)
+class Load:
+    orgs: str  # "many" (every bench organization, at random) or "one"
+    connections: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.orgs} org{'s' if self.orgs == 'many' else ''}, c{self.connections}"
+
+
+@dataclass(frozen=True)
+class Config:
+    db: str
+    workers: int
+    delivery: bool
+    loads: tuple[Load, ...]
+
+
+MANY16, MANY64, ONE16 = Load("many", 16), Load("many", 64), Load("one", 16)
+CONFIGS = (
+    Config("sqlite", 1, True, (MANY16, MANY64, ONE16)),
+    Config("sqlite", 1, False, (MANY16,)),
+    Config("postgresql", 2, True, (MANY16, MANY64, ONE16)),
+    Config("postgresql", 2, False, (MANY16,)),
+    Config("postgresql", 1, True, (MANY16,)),
+    Config("postgresql", 4, True, (MANY16,)),
+)
 
 
 def parse_args(args: list[str] | None):
     parser = argparse.ArgumentParser(prog="python -m bench.orders", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="shorter runs (about a third of the time)")
+    parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--db", choices=("sqlite", "postgresql", "all"), default="all")
-    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts (default 1,2)")
-    parser.add_argument("--duration", type=float, help="seconds per measurement (default 8, quick 3)")
-    parser.add_argument("--reps", type=int, help="measurements per server (default 3)")
-    parser.add_argument("--connections", type=int, default=CONNECTIONS)
+    parser.add_argument("--workers", help="only configurations with these API process counts, e.g. 2")
+    parser.add_argument("--duration", type=float, help="seconds per measurement (default 4, quick 3)")
+    parser.add_argument("--reps", type=int, help="measurements per server and load (default 3, quick 2)")
+    parser.add_argument("--orgs", type=int, default=8, help="organizations of the many-organization loads")
+    parser.add_argument("--history", type=int, help="earlier orders per organization (default 2000, quick 500)")
+    parser.add_argument("--no-delivery", action="store_true", help="skip the configurations with delivery on")
     return parser.parse_args(args)
 
 
-def count_orders(url: str, organization_id: str) -> int:
+def count_orders(url: str) -> int:
     from sqlalchemy import func, select
 
     from largesse import db
@@ -41,99 +75,170 @@ def count_orders(url: str, organization_id: str) -> int:
     try:
         with db.read(engine) as conn:
             return conn.execute(select(func.count()).select_from(orders)
-                                .where(orders.c.organization_id == organization_id)).scalar_one()
+                                .where(orders.c.external_id.like("bench-%"))).scalar_one()
     finally:
         engine.dispose()
 
 
-def bench_config(kind: str, workers: int, *, duration: float, warmup: float, reps: int, connections: int,
+def wait_for_delivery(url: str, timeout: float = 120.0) -> float:
+    """Seconds until no delivery job is queued or running (at most timeout)."""
+    import time
+
+    from sqlalchemy import func, select
+
+    from largesse import db
+    from largesse.delivery.models import jobs
+
+    engine = db.make_engine(url)
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < timeout:
+            with db.read(engine) as conn:
+                left = conn.execute(select(func.count()).select_from(jobs).where(
+                    jobs.c.status.in_(("queued", "running")), jobs.c.kind == "deliver_reward")).scalar_one()
+            if not left:
+                break
+            time.sleep(0.25)
+    finally:
+        engine.dispose()
+    return time.monotonic() - started
+
+
+def bench_config(config: Config, *, duration: float, warmup: float, reps: int, n_orgs: int, history: int,
                  work) -> dict:
-    with common.database(kind, work, f"orders-largesse-w{workers}") as l_url, \
-            common.database(kind, work, f"orders-baseline-w{workers}") as b_url:
-        for url in (l_url, b_url):
+    kind, workers = config.db, config.workers
+    tag = f"w{workers}{'-d' if config.delivery else ''}"
+    with common.database(kind, work, f"orders-largesse-{tag}") as l_url, \
+            common.database(kind, work, f"orders-baseline-{tag}") as b_url:
+        orgs = {}
+        for name, url in (("largesse", l_url), ("baseline", b_url)):
             common.prepare_database(url)
-        orgs = {"largesse": common.create_funded_org(l_url), "baseline": common.create_funded_org(b_url)}
-        servers = {"largesse": common.largesse_server(l_url, workers, work),
+            orgs[name] = [common.create_funded_org(url, f"Bench Corp {i}") for i in range(n_orgs)]
+            common.seed_history(url, orgs[name], history)
+        servers = {"largesse": common.largesse_server(l_url, workers, work, delivery=config.delivery),
                    "baseline": common.baseline_server(b_url, workers, work)}
-        series = {name: common.Series() for name in servers}
+        series = {(name, load): common.Series() for name in servers for load in config.loads}
+        ok_total = dict.fromkeys(servers, 0)
         try:
             for server in servers.values():
                 server.start()
 
-            def measure(name: str, seconds: float, server=None):
-                org = orgs[name]
-                return common.run_wrk(f"{servers[name].url}/api/v2/orders", duration=seconds, mode="order",
-                                      api_key=org.api_key, email=org.member_email, connections=connections,
-                                      server=server)
+            def measure(name: str, load: Load, seconds: float, server=None):
+                targets = orgs[name] if load.orgs == "many" else orgs[name][:1]
+                result = common.run_wrk(f"{servers[name].url}/api/v2/orders", duration=seconds, mode="order",
+                                        orgs=targets, external_id=True, connections=load.connections,
+                                        server=server)
+                ok_total[name] += result.statuses.get("200", 0)
+                return result
 
-            warm = {name: measure(name, warmup) for name in servers}
-            for rep in range(reps):
-                order = ("largesse", "baseline") if rep % 2 == 0 else ("baseline", "largesse")
-                for name in order:
-                    result = measure(name, duration, servers[name])
-                    series[name].add(result)
-                    common.log(f"  orders {kind:<10} w{workers} {name:<8} rep {rep + 1}: {result.ok_rps:7.1f}/s "
-                               f"p50 {result.p50_ms:6.1f} ms p99 {result.p99_ms:7.1f} ms  "
-                               f"cpu {result.cpu_ms or 0:.2f} ms/req  statuses {result.statuses}")
+            def quiet_delivery() -> None:
+                # Largesse's delivery process drains the emails of its last run while the
+                # baseline is measured: wait for it, or it would take CPU from the baseline.
+                if config.delivery:
+                    waited = wait_for_delivery(l_url)
+                    if waited > 0.5:
+                        common.log(f"  (waited {waited:.1f} s for Largesse's delivery to catch up)")
+
+            for name in servers:
+                measure(name, config.loads[0], warmup)
+            for load in config.loads:
+                for rep in range(reps):
+                    order = ("largesse", "baseline") if rep % 2 == 0 else ("baseline", "largesse")
+                    for name in order:
+                        if name == "baseline":
+                            quiet_delivery()
+                        result = measure(name, load, duration, servers[name])
+                        series[(name, load)].add(result)
+                        common.log(f"  orders {kind:<10} w{workers} {'delivery' if config.delivery else 'no-deliv'} "
+                                   f"{load.label:<14} {name:<8} rep {rep + 1}: {result.ok_rps:7.1f}/s "
+                                   f"p50 {result.p50_ms:6.1f} ms p99 {result.p99_ms:7.1f} ms  "
+                                   f"cpu {result.cpu_ms or 0:.2f} ms/req  statuses {result.statuses}")
         finally:
             for server in servers.values():
                 server.stop()
-        out = {name: s.summary() for name, s in series.items()}
-        for name in out:
-            # Every 200 is an order in the database (warm-up included): nothing lost or doubled.
-            ok = out[name]["statuses"].get("200", 0) + warm[name].statuses.get("200", 0)
-            out[name]["orders_in_db"] = count_orders(l_url if name == "largesse" else b_url,
-                                                     orgs[name].organization_id)
-            out[name]["orders_200"] = ok
-    base = out["baseline"]["rps"]
-    out["ratio"] = round(out["largesse"]["rps"] / base, 3) if base else None
-    return out
+        in_db = {"largesse": count_orders(l_url), "baseline": count_orders(b_url)}
+    loads = []
+    for load in config.loads:
+        out = {name: series[(name, load)].summary() for name in servers}
+        base = out["baseline"]["rps"]
+        loads.append({"orgs": load.orgs, "connections": load.connections, **out,
+                      "ratio": round(out["largesse"]["rps"] / base, 3) if base else None})
+    return {"db": kind, "workers": workers, "delivery": config.delivery, "orgs": n_orgs,
+            "history_per_org": history, "loads": loads, "orders_200": ok_total, "orders_in_db": in_db}
 
 
 def main(args: list[str] | None = None) -> dict:
     opts = parse_args(args)
-    duration = opts.duration or (3 if opts.quick else 8)
-    warmup = 1 if opts.quick else 3
-    reps = opts.reps or 3
+    duration = opts.duration or (3 if opts.quick else 4)
+    warmup = 1 if opts.quick else 2
+    reps = opts.reps or (2 if opts.quick else 3)
+    history = opts.history if opts.history is not None else (500 if opts.quick else 2000)
     kinds = ["sqlite", "postgresql"] if opts.db == "all" else [opts.db]
-    workers_list = [int(w) for w in opts.workers.split(",") if w.strip()]
     if "postgresql" in kinds and not common.pg_available():
         common.log(f"orders: PostgreSQL not reachable at {common.PG_ADMIN_URL}; skipping it")
         kinds.remove("postgresql")
-    results: dict = {"connections": opts.connections, "duration_s": duration, "reps": reps, "configs": []}
+    wanted = {int(w) for w in opts.workers.split(",")} if opts.workers else None
+    configs = [c for c in CONFIGS if c.db in kinds and (wanted is None or c.workers in wanted)
+               and not (opts.no_delivery and c.delivery)]
+    results: dict = {"duration_s": duration, "reps": reps, "configs": []}
     with common.workdir() as work:
-        for kind in kinds:
-            for workers in workers_list:
-                res = bench_config(kind, workers, duration=duration, warmup=warmup, reps=reps,
-                                   connections=opts.connections, work=work)
-                results["configs"].append({"db": kind, "workers": workers, **res})
+        for config in configs:
+            results["configs"].append(bench_config(config, duration=duration, warmup=warmup, reps=reps,
+                                                   n_orgs=opts.orgs, history=history, work=work))
     print_table(results)
     return results
 
 
 def print_table(results: dict) -> None:
-    conns = results["connections"]
-    print(f"\nPOST /orders, {conns} connections, medians of {results['reps']} x {results['duration_s']:g} s "
-          "(alternating Largesse / baseline)")
-    header = (f"{'db':<11}{'workers':>7}  {'server':<9}{'orders/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
-              f"{'cpu ms/req':>11}{'non-200':>8}  {'ratio':>6}")
+    print(f"\nPOST /orders with external_id, medians of {results['reps']} x {results['duration_s']:g} s "
+          "(alternating Largesse / bare baseline); Largesse with `make run` defaults unless 'no delivery'")
+    header = (f"{'db':<11}{'procs':>5}  {'delivery':<9}{'load':<15}{'orders/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
+              f"{'cpu ms':>8}{'bare/s':>9}{'bare p99':>9}{'non-200':>8}  {'ratio':>6}")
     print(header)
     print("-" * len(header))
     for c in results["configs"]:
-        for name in ("largesse", "baseline"):
-            s = c[name]
-            ratio = f"{c['ratio']:.2f}" if name == "largesse" and c["ratio"] is not None else ""
+        for load in c["loads"]:
+            s, b = load["largesse"], load["baseline"]
             cpu = f"{s['cpu_ms_per_req']:.2f}" if s.get("cpu_ms_per_req") is not None else "-"
-            print(f"{c['db']:<11}{c['workers']:>7}  {name:<9}{s['rps']:>9.1f}{s['p50_ms']:>8.1f}{s['p99_ms']:>8.1f}"
-                  f"{cpu:>11}{s['non_200'] + s['socket_errors']:>8}  {ratio:>6}")
-    # wrk stops with up to `connections` requests in flight per run: those orders are written but not counted.
-    slack = conns * (results["reps"] + 1)
-    problems = [(c["db"], c["workers"], name, c[name]) for c in results["configs"] for name in ("largesse", "baseline")
-                if c[name]["non_200"] or c[name]["socket_errors"]
-                or not 0 <= c[name]["orders_in_db"] - c[name]["orders_200"] <= slack]
-    for db_kind, workers, name, s in problems:
-        print(f"  note: {name} {db_kind} w{workers}: statuses {s['statuses']}, socket errors {s['socket_errors']}, "
-              f"{s['orders_in_db']} orders in the database for {s['orders_200']} answers 200")
+            label = f"{'many' if load['orgs'] == 'many' else 'one'} org{'s' if load['orgs'] == 'many' else ''}, " \
+                    f"c{load['connections']}"
+            ratio = f"{load['ratio']:.2f}" if load["ratio"] is not None else "-"
+            bad = s["non_200"] + s["socket_errors"] + b["non_200"] + b["socket_errors"]
+            print(f"{c['db']:<11}{c['workers']:>5}  {'on' if c['delivery'] else 'off':<9}{label:<15}{s['rps']:>9.1f}"
+                  f"{s['p50_ms']:>8.1f}{s['p99_ms']:>8.1f}{cpu:>8}{b['rps']:>9.1f}{b['p99_ms']:>9.1f}{bad:>8}  "
+                  f"{ratio:>6}")
+    _print_derived(results)
+    for c in results["configs"]:
+        for name in ("largesse", "baseline"):
+            # wrk stops with requests in flight: those orders are written but not counted as 200s.
+            slack = 64 * (len(c["loads"]) * results["reps"] + 1)
+            gap = c["orders_in_db"][name] - c["orders_200"][name]
+            if not 0 <= gap <= slack:
+                print(f"  note: {name} {c['db']} w{c['workers']}: {c['orders_in_db'][name]} orders in the database "
+                      f"for {c['orders_200'][name]} answers 200")
+
+
+def _print_derived(results: dict) -> None:
+    def find(db: str, workers: int, delivery: bool, orgs: str = "many", connections: int = 16):
+        for c in results["configs"]:
+            if (c["db"], c["workers"], c["delivery"]) == (db, workers, delivery):
+                for load in c["loads"]:
+                    if (load["orgs"], load["connections"]) == (orgs, connections):
+                        return load
+        return None
+
+    for db, workers in (("sqlite", 1), ("postgresql", 2)):
+        on, off = find(db, workers, True), find(db, workers, False)
+        if on and off and off["largesse"]["p99_ms"]:
+            print(f"{db} {workers} proc: API p99 with delivery running / without: "
+                  f"{on['largesse']['p99_ms']:.1f} / {off['largesse']['p99_ms']:.1f} ms = "
+                  f"{on['largesse']['p99_ms'] / off['largesse']['p99_ms']:.2f}x")
+    scaling = [(w, find("postgresql", w, True)) for w in (1, 2, 4)]
+    scaling = [(w, load) for w, load in scaling if load]
+    if len(scaling) > 1:
+        print("PostgreSQL, many organizations, c16, by API process count: " + ", ".join(
+            f"{w} -> {load['largesse']['rps']:.0f}/s (bare {load['baseline']['rps']:.0f}/s, "
+            f"ratio {load['ratio']:.2f})" for w, load in scaling))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--top", type=int, default=60)
+    parser.add_argument("--orgs", type=int, default=8, help="organizations the orders go to (at random)")
+    parser.add_argument("--history", type=int, default=2000, help="earlier orders per organization")
+    parser.add_argument("--delivery", action="store_true", help="delivery on, as `make run` (default: off)")
     parser.add_argument("--output", default=None, help="keep py-spy's raw (collapsed stacks) output here")
     opts = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or str(common.VENV_BIN / "py-spy")
@@ -64,19 +67,20 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("wrk is required")
     with common.workdir() as work, common.database(opts.db, work, "profile") as url:
         common.prepare_database(url)
-        org = common.create_funded_org(url)
-        server = common.largesse_server(url, 1, work).start()
+        orgs = [common.create_funded_org(url, f"Bench Corp {i}") for i in range(opts.orgs)]
+        common.seed_history(url, orgs, opts.history)
+        server = common.largesse_server(url, 1, work, delivery=opts.delivery).start()
         raw = Path(opts.output) if opts.output else work / "profile.txt"
         try:
             target = f"{server.url}/api/v2/orders"
-            common.run_wrk(target, duration=3, mode="order", api_key=org.api_key, email=org.member_email,
+            common.run_wrk(target, duration=3, mode="order", orgs=orgs, external_id=True,
                            connections=opts.connections)
             spy = subprocess.Popen([py_spy, "record", "--pid", str(server.proc.pid), "--duration",
                                     str(opts.seconds), "--rate", "250", "--gil", "--nonblocking", "--format", "raw",
                                     "--output", str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
-            result = common.run_wrk(target, duration=opts.seconds - 1, mode="order", api_key=org.api_key,
-                                    email=org.member_email, connections=opts.connections, server=server)
+            result = common.run_wrk(target, duration=opts.seconds - 1, mode="order", orgs=orgs, external_id=True,
+                                    connections=opts.connections, server=server)
             spy.wait(timeout=opts.seconds + 30)
         finally:
             server.stop()

@@ -10,7 +10,9 @@ sizes, three queries with wrk:
   two-label  GET /rewards?Department=Sales&Region=EMEA  (2.5% match)
   list       GET /rewards                               (all rewards, newest first)
 
-each answering the default page (100 rewards) and total_count. The EXPLAIN of the search
+each answering the default page (100 rewards) and total_count (bounded: repository.COUNT_HORIZON).
+"cold wall ms" is the median wall time of single requests right after the bulk load, before
+any ANALYZE (a fresh import); the wrk runs follow an ANALYZE. The EXPLAIN of the search
 query's statements is printed once per backend, to show which index they use.
 
 Run alone: python -m bench.search [--quick] [--db sqlite|postgresql] [--sizes 10000,100000]
@@ -50,8 +52,6 @@ def parse_args(args: list[str] | None):
 
 def seed(url: str, org: common.BenchOrg, count: int, *, rng: random.Random) -> float:
     """Insert `count` rewards with Department and Region values; returns the seconds it took."""
-    from sqlalchemy import text
-
     from largesse import db
     from largesse.fields import service as fields_service
     from largesse.ids import new_id
@@ -100,13 +100,43 @@ def seed(url: str, org: common.BenchOrg, count: int, *, rng: random.Random) -> f
                 conn.execute(orders.insert(), order_rows)
                 conn.execute(rewards.insert(), reward_rows)
                 conn.execute(reward_field_values.insert(), value_rows)
+    finally:
+        engine.dispose()
+    return time.monotonic() - started
+
+
+def analyze(url: str) -> None:
+    """What autovacuum / a periodic ANALYZE would have done by now on a live database."""
+    from sqlalchemy import text
+
+    from largesse import db
+
+    engine = db.make_engine(url)
+    try:
         with engine.connect() as conn:
-            # What autovacuum / a periodic ANALYZE would have done by now on a live database.
             conn.execute(text("ANALYZE"))
             conn.commit()
     finally:
         engine.dispose()
-    return time.monotonic() - started
+
+
+def cold_wall_ms(server: common.Server, api_key: str, path: str, n: int = 7) -> float:
+    """Median wall time of n sequential requests (one connection at a time), in ms."""
+    import statistics
+    import urllib.error
+    import urllib.request
+
+    times = []
+    for _ in range(n):
+        request = urllib.request.Request(server.url + path, headers={"Authorization": f"Bearer {api_key}"})
+        started = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:  # e.g. a 503 after the statement timeout: report, go on
+            common.log(f"  search: {path} answered {exc.code} right after the load")
+        times.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(times), 2)
 
 
 def _field_id(created) -> str:
@@ -178,6 +208,12 @@ def bench_backend(kind: str, sizes: list[int], *, duration: float, warmup: float
                 return common.run_wrk(servers[size].url + QUERIES[query], duration=seconds, mode="get",
                                       api_key=orgs[size].api_key, connections=connections, server=server)
 
+            # Right after the bulk load, before any ANALYZE: plans must not depend on statistics.
+            for size in sizes:
+                out["sizes"][size]["cold_wall_ms"] = {q: cold_wall_ms(servers[size], orgs[size].api_key, path)
+                                                      for q, path in QUERIES.items()}
+                common.log(f"  search {kind:<10} {size:>7,} right after the load: {out['sizes'][size]['cold_wall_ms']}")
+                analyze(urls[size])
             for size in sizes:
                 for query in QUERIES:
                     measure(size, query, warmup)
@@ -222,7 +258,7 @@ def print_table(results: dict) -> None:
     print(f"\nGET /rewards (page of 100 + total_count), 1 worker, {results['connections']} connections, "
           f"medians of {results['reps']} x {results['duration_s']:g} s (alternating sizes)")
     header = (f"{'db':<11}{'query':<11}{'rewards':>9}{'req/s':>9}{'p50 ms':>8}{'p99 ms':>8}{'cpu ms/req':>11}"
-              f"{'non-200':>8}")
+              f"{'non-200':>8}{'cold wall ms':>13}")
     print(header)
     print("-" * len(header))
     for backend in results["backends"]:
@@ -231,7 +267,8 @@ def print_table(results: dict) -> None:
                 s = data["queries"][query]
                 cpu = f"{s['cpu_ms_per_req']:.2f}" if s.get("cpu_ms_per_req") is not None else "-"
                 print(f"{backend['db']:<11}{query:<11}{int(size):>9,}{s['rps']:>9.1f}{s['p50_ms']:>8.1f}"
-                      f"{s['p99_ms']:>8.1f}{cpu:>11}{s['non_200'] + s['socket_errors']:>8}")
+                      f"{s['p99_ms']:>8.1f}{cpu:>11}{s['non_200'] + s['socket_errors']:>8}"
+                      f"{data.get('cold_wall_ms', {}).get(query, 0):>13.1f}")
     for backend in results["backends"]:
         print(f"\nquery plan of GET /rewards?Department=Sales on {backend['db']}:")
         for line in backend["explain"]:

@@ -8,6 +8,18 @@ local key = os.getenv("BENCH_API_KEY") or ""
 local email = os.getenv("BENCH_EMAIL") or ""
 local product = os.getenv("BENCH_PRODUCT") or "PGCNWBOOKS01US"
 local headers = {["Authorization"] = "Bearer " .. key, ["Content-Type"] = "application/json"}
+-- BENCH_ORGS="key email;key email;...": each order goes to one of these organizations, at random.
+-- BENCH_EXTERNAL_ID=1: each order carries a unique external_id, as most integrations send.
+local orgs = {}
+for entry in string.gmatch(os.getenv("BENCH_ORGS") or "", "[^;]+") do
+  local k, e = string.match(entry, "^(%S+) (%S+)$")
+  if k then table.insert(orgs, {headers = {["Authorization"] = "Bearer " .. k,
+                                            ["Content-Type"] = "application/json"}, email = e}) end
+end
+if #orgs == 0 then table.insert(orgs, {headers = headers, email = email}) end
+local with_external_id = os.getenv("BENCH_EXTERNAL_ID") == "1"
+local counter = 0
+local run_tag = ""
 
 local threads = {}
 local thread_id = 0
@@ -23,6 +35,7 @@ local get_request = nil
 
 function init(args)
   math.randomseed(os.time() * 1000 + (id or 0))
+  run_tag = string.format("%x%x", os.time(), math.random(0, 0xfffffff))
   if mode ~= "order" then
     get_request = wrk.format("GET", path, headers)
   end
@@ -30,12 +43,19 @@ end
 
 local prefix = '{"payment":{"funding_source_id":"balance"},"reward":{"products":["' .. product ..
   '"],"value":{"denomination":'
-local suffix = ',"currency_code":"USD"},"recipient":{"name":"Bench Recipient","email":"' .. email ..
-  '"},"delivery":{"method":"EMAIL"}}}'
+local middle = ',"currency_code":"USD"},"recipient":{"name":"Bench Recipient","email":"'
+local suffix = '"},"delivery":{"method":"EMAIL"}}}'
 
 function request()
   if mode == "order" then
-    return wrk.format("POST", path, headers, prefix .. math.random(5, 500) .. suffix)
+    local org = orgs[math.random(1, #orgs)]
+    local head = '{'
+    if with_external_id then
+      counter = counter + 1
+      head = '{"external_id":"bench-' .. run_tag .. '-' .. (id or 0) .. '-' .. counter .. '",'
+    end
+    return wrk.format("POST", path, org.headers, head .. string.sub(prefix, 2) .. math.random(5, 500) .. middle ..
+      org.email .. suffix)
   end
   return get_request
 end

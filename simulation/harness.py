@@ -31,8 +31,8 @@ from simulation.parts import Clock, Database, SmtpServer, WebhookReceiver
 
 
 class SimWorker:
-    """What delivery/worker.py's Worker does (claim a batch of a lane with the real preparer,
-    run each job with the real run_claimed; the heartbeat's reclaim of expired leases), minus
+    """What delivery/worker.py's Worker does (claim a batch of a lane, prepare it, run each job
+    with the real run_claimed, complete the batch; the heartbeat's reclaim of expired leases), minus
     the threads, so that the seeded simulation decides which lane runs when. No virtual time
     passes while a job runs, so leases never need renewing. start() is a (re)started process."""
 
@@ -57,24 +57,29 @@ class SimWorker:
 
     def batch(self, lane: str) -> tuple[int, str | None]:
         """Claim and run one batch of `lane`; (jobs claimed, how the process died in it, if it did)."""
-        items = []
+        rows, items = [], []
         try:
-            items = job_queue.claim(self.sim.engine, self.id, limit=BATCH[lane],
-                                    lease_seconds=self.sim.settings.job_lease_seconds,
-                                    prepare=tasks.preparer(self.ctx), lane=lane, cursor=self.cursors[lane])
-            for i, item in enumerate(items):
-                try:
+            rows = job_queue.claim(self.sim.engine, self.id, limit=BATCH[lane],
+                                   lease_seconds=self.sim.settings.job_lease_seconds, lane=lane,
+                                   cursor=self.cursors[lane])
+            try:
+                items = tasks.prepare_batch(self.ctx, rows) if rows else []
+                for item in items:
                     tasks.run_claimed(self.ctx, item)
-                except BaseException:
-                    # Killed: the process is gone. Anything else: the real worker's loop logs it
-                    # and goes on with a new batch. Either way the rest of this batch waits for its lease.
-                    self._abandon(items[i:])
-                    raise
+                tasks.complete_sent(self.ctx)
+            except BaseException:
+                # Killed: the process is gone. Anything else: the real worker's loop logs it and
+                # goes on with a new batch. Either way nothing of this batch was completed by the
+                # batch's last transaction, so what it claimed waits for its lease (the emails
+                # already sent go out again then: at-least-once).
+                self.ctx.sent.clear()
+                self._abandon(rows, items)
+                raise
         except Killed as exc:
             self.transport.inner.close()  # the dead process's connection goes away with it
             self.start()
-            return len(items), "killed after send" if "SMTP" in str(exc) else "killed at a statement"
-        return len(items), None
+            return len(rows), "killed after send" if "SMTP" in str(exc) else "killed at a statement"
+        return len(rows), None
 
     def drain(self) -> None:
         """Every lane until nothing is due (the end of a run)."""
@@ -91,8 +96,9 @@ class SimWorker:
             self.start()
             return 0
 
-    def _abandon(self, items) -> None:
-        self.sim.model.abandoned_jobs.update(item.job.id for item in items if not item.skipped)
+    def _abandon(self, rows, items) -> None:
+        skipped = {item.job.id for item in items if item.skipped}
+        self.sim.model.abandoned_jobs.update(row.id for row in rows if row.id not in skipped)
 
     def close(self) -> None:
         if self.transport is not None:

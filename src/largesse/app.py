@@ -6,6 +6,7 @@ import contextlib
 import logging
 from pathlib import Path
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
@@ -189,16 +190,18 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        worker = None
+        # Delivery runs in child processes, never on this process's threads (its GIL is the
+        # event loop's): delivery/supervisor.py.
+        supervisor = None
         if settings.run_worker:
-            from largesse.delivery import worker as delivery_worker
+            from largesse.delivery.supervisor import DeliverySupervisor
 
-            worker = delivery_worker.start_background(engine, settings)
+            supervisor = DeliverySupervisor(settings).start()
         try:
             yield
         finally:
-            if worker is not None:
-                worker.stop()
+            if supervisor is not None:
+                await anyio.to_thread.run_sync(supervisor.stop)
 
     app = FastAPI(
         title="Largesse",
@@ -216,6 +219,10 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = engine
+    from largesse.orders.fast_route import FastOrderRoute
+
+    # Innermost, so added first: POST /api/v2/orders without the routing (orders/fast_route.py).
+    app.add_middleware(FastOrderRoute, fastapi_app=app)
     paths.install(app)  # path parameters checked before routing (paths.py)
     ratelimit.install(app, settings, engine, prefix=API_PREFIX + "/")  # per key/org limits (ratelimit.py)
     app.add_middleware(RequestGuard)

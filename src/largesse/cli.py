@@ -36,28 +36,46 @@ def serve(
     port: Annotated[int, typer.Option(help="Port")] = 8000,
     workers: Annotated[int, typer.Option(help="Worker processes sharing one database")] = 1,
 ):
-    """Migrate the database, then serve the API, the redemption pages and the docs."""
+    """Migrate the database, then serve the API, the redemption pages and the docs; and, unless
+    LARGESSE_RUN_WORKER=0, deliver: delivery runs in supervised child processes (delivery/supervisor.py)."""
     import os
+    import tempfile
 
     import uvicorn
 
-    from largesse.ops import logs, metrics
-
     settings = load_settings()
     open_engine(settings).dispose()
+    # Several processes (API workers, delivery children): metrics go through files in
+    # PROMETHEUS_MULTIPROC_DIR (docs/operations.md), set before prometheus_client is imported.
+    multiprocess = workers > 1 or settings.run_worker
+    own_metrics_dir = multiprocess and not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if own_metrics_dir:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="largesse-metrics-")
+    from largesse.ops import logs, metrics
+
+    metrics_dir = metrics.prepare_multiprocess_dir() if multiprocess else None
     typer.echo(f"Largesse ({settings.environment}) on http://{host}:{port}  "
                f"database: {logs.redact(settings.database_url)}")
-    # Several processes: metrics go through files in PROMETHEUS_MULTIPROC_DIR (docs/operations.md).
-    own_metrics_dir = workers > 1 and not os.environ.get(metrics.MULTIPROC_ENV)
-    metrics_dir = metrics.prepare_multiprocess_dir() if workers > 1 else None
+    supervisor = None
+    if settings.run_worker and workers > 1:
+        # One delivery supervisor for the server, in this (uvicorn's supervising) process; the
+        # API processes must not start their own.
+        from largesse.delivery.supervisor import DeliverySupervisor
+
+        logs.configure(settings.log_format, settings.log_level)
+        os.environ["LARGESSE_RUN_WORKER"] = "0"
+        supervisor = DeliverySupervisor(settings).start()
     try:
         uvicorn.run("largesse.app:create_app", factory=True, host=host, port=port, workers=workers,
                     log_config=logs.log_config(settings.log_format, settings.log_level),
                     log_level=settings.log_level.lower(), access_log=False, proxy_headers=True,
                     # SIGTERM: stop accepting, give requests in flight up to 30 s, then the lifespan
-                    # stops the delivery worker (jobs in hand finish, the rest go back to the queue).
+                    # (or, with several workers, this process) stops delivery: jobs in hand finish,
+                    # the rest go back to the queue.
                     timeout_graceful_shutdown=30)
     finally:
+        if supervisor is not None:
+            supervisor.stop()
         if own_metrics_dir and metrics_dir:
             metrics.cleanup(metrics_dir)
 

@@ -33,6 +33,8 @@ class Settings:
     mail_from_name: str = "Largesse Rewards"
     sms_url: str | None = None
     run_worker: bool = True
+    # Delivery worker processes that `largesse serve` supervises (delivery/supervisor.py).
+    delivery_processes: int = 1
     # Delivery worker (docs/delivery.md): threads per process, polling, leases, retries.
     worker_concurrency: int = 2
     worker_poll_seconds: float = 1.0
@@ -76,6 +78,17 @@ class Settings:
         """LARGESSE_SECRET_KEY as a list: comma-separated keys, the first one current (rotation)."""
         return [k.strip() for k in (self.secret_key or "").split(",") if k.strip()]
 
+    def to_env(self) -> dict[str, str]:
+        """These settings as LARGESSE_* variables (from_env(to_env()) gives them back): how a
+        server hands its settings to the delivery processes it starts."""
+        env = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            env[f"LARGESSE_{name.upper()}"] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        return env
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
@@ -102,6 +115,7 @@ class Settings:
             mail_from_name=get("MAIL_FROM_NAME", "Largesse Rewards"),
             sms_url=get("SMS_URL"),
             run_worker=get("RUN_WORKER", "1") not in ("0", "false", "no"),
+            delivery_processes=int(get("DELIVERY_PROCESSES", "1")),
             worker_concurrency=int(get("WORKER_CONCURRENCY", "2")),
             worker_poll_seconds=float(get("WORKER_POLL_SECONDS", "1")),
             webhook_concurrency=int(get("WEBHOOK_CONCURRENCY", "2")),

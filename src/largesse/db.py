@@ -24,6 +24,7 @@ connection lost before commit.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import random
 import select
@@ -140,8 +141,70 @@ def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> 
 
     @event.listens_for(engine, "begin")
     def on_begin(conn: Connection):
-        mode = "IMMEDIATE" if conn.get_execution_options().get("write") else "DEFERRED"
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        write = conn.get_execution_options().get("write")
+        attempt = _event_loop_attempt.get()
+        if write and attempt is not None and attempt.may_yield:
+            _begin_or_yield(conn.connection.dbapi_connection, busy_ms)
+            attempt.may_yield = False  # a write has begun: from here on, running fn again could repeat it
+            return
+        conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if write else 'DEFERRED'}")
+
+
+def _begin_or_yield(dbapi_connection, busy_ms: int) -> None:
+    """BEGIN IMMEDIATE without waiting: SQLite's busy handler sleeps (1, 2, 5 ... 100 ms) inside
+    the call, which on the event loop would stall every request of the process while another
+    process (a delivery worker) holds the write lock. Busy: WriteLockBusy, and web.run_db
+    awaits a moment and runs the request's database work again."""
+    import sqlite3
+
+    dbapi_connection.execute("PRAGMA busy_timeout=0")
+    try:
+        dbapi_connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED
+            raise WriteLockBusy() from None
+        raise
+    finally:
+        dbapi_connection.execute(f"PRAGMA busy_timeout={busy_ms}")
+
+
+class WriteLockBusy(Exception):
+    """SQLite's write lock is taken and the caller asked not to wait for it (see EventLoopAttempt)."""
+
+
+class EventLoopAttempt:
+    """One run of a request's SQLite work inline on the event loop (web.run_db).
+
+    While `may_yield` (no write transaction has begun yet in this run, so nothing has been
+    written), taking the write lock does not wait: a busy lock raises WriteLockBusy, and the
+    whole run is repeated after an `await`, letting other requests proceed meanwhile. Once a
+    write has begun, later transactions of the run wait as usual (a repeat could write twice).
+    """
+
+    __slots__ = ("may_yield",)
+
+    def __init__(self) -> None:
+        self.may_yield = True
+
+
+_event_loop_attempt: contextvars.ContextVar[EventLoopAttempt | None] = contextvars.ContextVar(
+    "largesse_event_loop_attempt", default=None)
+
+
+@contextlib.contextmanager
+def event_loop_attempt() -> Iterator[EventLoopAttempt]:
+    attempt = EventLoopAttempt()
+    token = _event_loop_attempt.set(attempt)
+    try:
+        yield attempt
+    finally:
+        _event_loop_attempt.reset(token)
+
+
+def lock_wait_seconds(engine: Engine) -> float:
+    """How long an API write may wait for SQLite's lock before answering 503 (30 s if unbounded)."""
+    timeout = _lock_timeouts.get(id(engine.pool), -1)
+    return timeout if timeout > 0 else 30.0
 
 
 _sqlite_write_locks: dict[int, threading.RLock] = {}
@@ -173,6 +236,9 @@ def write(engine: Engine) -> Iterator[Connection]:
     lock = _writer_lock(engine)
     budget_ms = None
     if lock is not None and not lock.acquire(blocking=False):  # uncontended: no clock reads
+        attempt = _event_loop_attempt.get()
+        if attempt is not None and attempt.may_yield:  # on the event loop: never block it (see above)
+            raise WriteLockBusy()
         timeout = _lock_timeouts.get(id(engine.pool), -1)
         started = time.monotonic()
         if not lock.acquire(timeout=timeout):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 import weakref
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -64,8 +65,50 @@ async def run_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any
     Endpoints make one such call, so a request costs at most one thread hop.
     """
     if engine.dialect.name == "sqlite":
-        return fn(*args, **kwargs)
+        return await _run_sqlite(engine, fn, *args, **kwargs)
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=_limiter())
+
+
+async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """fn inline; while SQLite's write lock is held elsewhere (another process: the delivery
+    worker, a CLI command), await and run fn again instead of blocking the event loop in
+    SQLite's busy handler (db.EventLoopAttempt). Gives up with a 503 after the engine's lock wait.
+
+    Only one request at a time polls the lock; the others queue behind it on an asyncio lock
+    (fn runs synchronously, so this serializes nothing that could have run in parallel)."""
+    from largesse import db
+
+    with db.event_loop_attempt():
+        try:
+            return fn(*args, **kwargs)
+        except db.WriteLockBusy:
+            pass
+    async with _busy_gate():
+        deadline = time.monotonic() + db.lock_wait_seconds(engine)
+        pause = 0.0005
+        while True:
+            with db.event_loop_attempt():
+                try:
+                    return fn(*args, **kwargs)
+                except db.WriteLockBusy:
+                    pass
+            if time.monotonic() > deadline:
+                from largesse.errors import ServiceUnavailable
+
+                raise ServiceUnavailable("The database is busy; retry shortly")
+            await asyncio.sleep(pause)
+            pause = min(0.004, pause * 2)
+
+
+_gates: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _busy_gate() -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = asyncio.Lock()
+    return gate
 
 
 async def read_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -80,9 +80,9 @@ def start_worker(env: dict, log: Path, *args: str) -> Proc:
     return proc
 
 
-def start_serve(env: dict, log: Path) -> tuple[Proc, str]:
+def start_serve(env: dict, log: Path, *args: str) -> tuple[Proc, str]:
     port = free_port()
-    proc = Proc(["serve", "--port", str(port)], {**env, "LARGESSE_RUN_WORKER": "1",
+    proc = Proc(["serve", "--port", str(port), *args], {**env, "LARGESSE_RUN_WORKER": "1",
                                                    "LARGESSE_PUBLIC_URL": f"http://127.0.0.1:{port}"}, log)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -97,6 +97,31 @@ def start_serve(env: dict, log: Path) -> tuple[Proc, str]:
         time.sleep(0.1)
     proc.wait_for_log("started with")  # its delivery worker
     return proc, base
+
+
+def delivery_children(pid: int) -> list[int]:
+    """The delivery worker processes (`python -m largesse worker`) that process `pid` started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"largesse" in cmdline and b"worker" in cmdline:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def alive(pid: int) -> bool:
+    """Whether pid runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 # --- SMTP ------------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ def worker(
     in hand and hand the unstarted ones back)."""
     import signal
 
+    from largesse.delivery.supervisor import bind_to_supervisor
     from largesse.delivery.worker import Worker
 
+    bind_to_supervisor()  # a child of `largesse serve`: dies with it
     settings = load_settings()
     from largesse.ops import logs
 

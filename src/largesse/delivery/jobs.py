@@ -224,6 +224,14 @@ def mark_done(conn: Connection, job, worker_id: str, note: str | None = None) ->
     ).rowcount == 1
 
 
+def mark_done_many(conn: Connection, job_ids: list[int], worker_id: str) -> int:
+    """Finish the jobs this worker still holds among job_ids (one statement); returns how many."""
+    return conn.execute(
+        update(jobs).where(jobs.c.id.in_(job_ids), jobs.c.status == RUNNING, jobs.c.locked_by == worker_id)
+        .values(status=DONE, locked_by=None, locked_until=None, last_error=None, updated_at=utcnow())
+    ).rowcount
+
+
 def reschedule(conn: Connection, job, worker_id: str, delay_seconds: float, error: str | None = None) -> bool:
     """Put a periodic job back in the queue for its next run."""
     now = utcnow()

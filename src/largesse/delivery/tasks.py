@@ -2,20 +2,27 @@
 over, a crash after sending but before the commit), so it first checks that the work is
 still to be done, and its final write is conditional on the state it expects.
 
-deliver_reward, in three steps:
-1. in the claim's write transaction (one per batch): the reward must still be ACTIVE with
-   delivery PENDING/SCHEDULED; a fresh redemption token is issued (committed before the
-   email carries it, so the link in any email that went out always works);
-2. render and send, outside any transaction;
-3. one write transaction: delivery SUCCEEDED (conditional) and the job done.
+deliver_reward, in three steps, each done for a whole claimed batch at once:
+1. after the claim (prepare_batch): in a read transaction, the reward must still be ACTIVE
+   with delivery PENDING/SCHEDULED and its email's data is gathered; then one short write
+   transaction issues the fresh redemption tokens (committed before the email carries them,
+   so the link in any email that went out always works) and finishes the jobs with nothing
+   to send. The reads hold no write lock: on SQLite a worker's write transactions are what
+   API requests wait for.
+2. render and send each email, outside any transaction;
+3. complete_sent, once per batch: one write transaction marks every sent reward's delivery
+   SUCCEEDED (conditional) and their jobs done.
 A process that dies between the SMTP server's acceptance and step 3 sends the email again
-when the job is reclaimed: delivery is at-least-once (docs/delivery.md).
+when the job is reclaimed: delivery is at-least-once (docs/delivery.md); a batch is 5 emails.
+
+Job kinds are dispatched by `job.kind` in run_claimed: a new kind is a function of
+(ctx, job) added there.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select, update
 
@@ -48,6 +55,8 @@ class Context:
     settings: Settings
     worker_id: str
     transport: object
+    # deliver_reward jobs whose email went out and whose completion is still to be written.
+    sent: list = field(default_factory=list)
 
 
 @dataclass
@@ -59,38 +68,43 @@ class Claimed:
     token: str | None = None
     error: DeliveryError | None = None
     skipped: bool = False
+    note: str | None = None
 
 
-def preparer(ctx: Context):
-    """Step 1 for a whole batch, inside the claim transaction (one commit for the batch)."""
-
-    def prepare(conn, rows) -> list[Claimed]:
-        items, seen = [], set()
+def prepare_batch(ctx: Context, rows) -> list[Claimed]:
+    """Step 1 for a claimed batch: checks and data in a read transaction, then the tokens and
+    the skipped jobs in one short write transaction."""
+    items, seen = [], set()
+    with db.read(ctx.engine) as conn:
         for job in rows:
             item = Claimed(job)
             items.append(item)
             if job.kind != "deliver_reward":
                 continue
             try:
-                with conn.begin_nested():  # one job's surprise must not abort the whole claim
-                    item.mail, note = _check(conn, job, ctx.settings)
-                    if item.mail is None or job.reward_id in seen:
-                        item.mail = None
-                        job_queue.mark_done(conn, job, ctx.worker_id, note or "skipped: duplicate job")
-                        item.skipped = True
+                item.mail, item.note = _check(conn, job, ctx.settings)
+                if item.mail is None or job.reward_id in seen:
+                    item.mail = None
+                    item.note = item.note or "skipped: duplicate job"
+                    item.skipped = True
             except DeliveryError as exc:
                 item.error = exc
             except Exception as exc:
+                if db.is_unavailable(exc):
+                    raise
                 log.exception("job %s: preparing the delivery failed", job.id)
                 item.error = DeliveryError(f"{type(exc).__name__}: {exc}", permanent=False)
             seen.add(job.reward_id)
-        sending = [i for i in items if i.mail is not None]
-        issued = tokens.issue_many(conn, [i.job.reward_id for i in sending])
-        for item in sending:
-            item.token = issued[item.job.reward_id]
-        return items
-
-    return prepare
+    sending = [i for i in items if i.mail is not None]
+    skipped = [i for i in items if i.skipped]
+    if sending or skipped:
+        with db.write(ctx.engine) as conn:
+            issued = tokens.issue_many(conn, [i.job.reward_id for i in sending])
+            for item in skipped:
+                job_queue.mark_done(conn, item.job, ctx.worker_id, item.note)
+    for item in sending:
+        item.token = issued[item.job.reward_id]
+    return items
 
 
 def run_claimed(ctx: Context, item: Claimed) -> str:
@@ -171,21 +185,36 @@ def _send(ctx: Context, item: Claimed) -> str:
     except (ValueError, TypeError) as exc:  # e.g. an address the email library cannot encode
         raise DeliveryError(f"cannot build the message: {exc}", permanent=True) from None
     ctx.transport.send(message)
+    ctx.sent.append(item.job)  # step 3 follows for the whole batch: complete_sent
+    return "sent"
+
+
+def complete_sent(ctx: Context) -> int:
+    """Step 3 for every email sent since the last call: one write transaction."""
+    sent, ctx.sent = ctx.sent, []
+    if not sent:
+        return 0
     with db.write(ctx.engine) as conn:
         if conn.dialect.name == "postgresql":
-            # Losing this commit in a server crash only means sending the email again, which
+            # Losing this commit in a server crash only means sending the emails again, which
             # the at-least-once contract allows; not waiting for the WAL flush halves the cost.
             conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
         delivered = conn.execute(
             update(rewards)
-            .where(rewards.c.id == item.job.reward_id, rewards.c.delivery_status.in_(("PENDING", "SCHEDULED")))
+            .where(rewards.c.id.in_([job.reward_id for job in sent]),
+                   rewards.c.delivery_status.in_(("PENDING", "SCHEDULED")))
             .values(delivery_status="SUCCEEDED", delivered_at=utcnow(), delivery_error=None)
-        ).rowcount
-        if delivered:
-            webhooks.emit(conn, item.job.organization_id, [("REWARDS.DELIVERY.SUCCEEDED", item.job.reward_id)])
-        job_queue.mark_done(conn, item.job, ctx.worker_id)
-    metrics.delivery("sent")
-    return "sent"
+            .returning(rewards.c.id, rewards.c.organization_id)
+        ).all()
+        by_org: dict[str, list] = {}
+        for row in delivered:
+            by_org.setdefault(row.organization_id, []).append(("REWARDS.DELIVERY.SUCCEEDED", row.id))
+        for org, events in by_org.items():
+            webhooks.emit(conn, org, events)
+        job_queue.mark_done_many(conn, [job.id for job in sent], ctx.worker_id)
+    for _ in sent:
+        metrics.delivery("sent")
+    return len(sent)
 
 
 def _gather(conn, reward) -> compose.RewardMail:

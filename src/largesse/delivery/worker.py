@@ -1,7 +1,8 @@
 """The delivery worker: threads that claim due jobs and run them, and a heartbeat.
 
-It runs inside `largesse serve` (one per server process, started and stopped by the app's
-lifespan) and as `largesse worker` processes; any number of them may share a database.
+It runs as `largesse worker` processes, which `largesse serve` starts and supervises itself
+by default (delivery/supervisor.py; never as threads of the API process); any number of them
+may share a database.
 
 - Lanes. Email threads (LARGESSE_WORKER_CONCURRENCY) claim only "mail" jobs (emails, the
   expiry sweep); webhook threads (LARGESSE_WEBHOOK_CONCURRENCY) claim only webhook POSTs, one
@@ -34,7 +35,7 @@ import time
 from largesse import db
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
-from largesse.delivery.tasks import Context, preparer, run_claimed
+from largesse.delivery.tasks import Context, complete_sent, prepare_batch, run_claimed
 from largesse.delivery.transport import open_transport
 
 log = logging.getLogger("largesse.delivery")
@@ -193,28 +194,29 @@ class Worker:
             ctx.transport.close()
 
     def _step(self, ctx: Context, lane: str) -> int:
-        claimed = job_queue.claim(self.engine, self.id, limit=BATCH[lane],
-                                  lease_seconds=self.settings.job_lease_seconds, prepare=preparer(ctx),
-                                  lane=lane, cursor=self.cursors[lane], org_cap=self.org_caps.get(lane))
-        pending = [c.job.id for c in claimed if not c.skipped]
-        self._hold(pending)
+        rows = job_queue.claim(self.engine, self.id, limit=BATCH[lane],
+                               lease_seconds=self.settings.job_lease_seconds,
+                               lane=lane, cursor=self.cursors[lane], org_cap=self.org_caps.get(lane))
+        if not rows:
+            return 0
+        self._hold([r.id for r in rows])
         try:
+            claimed = prepare_batch(ctx, rows)
             for i, item in enumerate(claimed):
                 if self.stopping.is_set():
                     rest = [c.job.id for c in claimed[i:] if not c.skipped]
                     job_queue.release(self.engine, self.id, rest)
                     break
-                try:
-                    run_claimed(ctx, item)
-                finally:
-                    self._forget([item.job.id])
+                run_claimed(ctx, item)
                 with self._count_lock:
                     self.processed += 1
+            complete_sent(ctx)  # the batch's sent emails: one transaction (tasks.py, step 3)
         finally:
-            # Whatever was not run or released (the database failed under us) is left to its
-            # lease: not renewed any more, it is reclaimed once the lease runs out.
-            self._forget(pending)
-        return len(claimed)
+            # Whatever was not run, completed or released (the database failed under us) is
+            # left to its lease: not renewed any more, it is reclaimed once the lease runs out.
+            ctx.sent.clear()
+            self._forget([r.id for r in rows])
+        return len(rows)
 
     def _hold(self, ids) -> None:
         with self._held_lock:
@@ -282,16 +284,3 @@ class Worker:
                 self.outage.failed(exc)
             else:
                 log.exception("delivery worker %s: housekeeping failed", self.id)
-
-
-class _Stopper:
-    def __init__(self, worker: Worker):
-        self.worker = worker
-
-    def stop(self) -> None:
-        self.worker.stop()
-
-
-def start_background(engine, settings: Settings) -> _Stopper:
-    """The in-process worker of `largesse serve` (settings.run_worker)."""
-    return _Stopper(Worker(engine, settings).start())

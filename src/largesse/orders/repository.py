@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, exists, func, or_, select
+from sqlalchemy import Connection, and_, exists, func, literal, or_, select
 from sqlalchemy.orm import aliased
 
 from largesse.orders.models import orders, reward_field_values, rewards
@@ -97,6 +97,29 @@ def get_reward(conn: Connection, org: str, reward_id: str):
     ).first()
 
 
+# How far past the requested offset total_count counts matches (docs/api.md, "total_count at scale").
+COUNT_HORIZON = 1_000
+
+
+def bounded_count(conn: Connection, matching, offset: int) -> int:
+    """total_count of a page at `offset`, at a cost bounded by COUNT_HORIZON, not by the matches.
+
+    Exact when the matches end within COUNT_HORIZON rows past `offset` (every list of up to
+    offset + COUNT_HORIZON matches, so every small list, gets its exact count). Otherwise a
+    lower bound, offset + COUNT_HORIZON + 1: more than the page holds, so a client that pages
+    until offset >= total_count reaches the end, and it grows as the client pages on. Counting
+    stops at the horizon instead of walking every match (10 % of a million rewards for a
+    common label), which kept a page's cost flat with the table's size.
+    """
+    window = matching.offset(offset).limit(COUNT_HORIZON + 1).subquery()
+    seen = conn.execute(select(func.count()).select_from(window)).scalar_one()
+    if seen == 0 and offset:
+        # Past the end: the exact total is below offset; one count, bounded by offset itself.
+        capped = matching.limit(offset).subquery()
+        return conn.execute(select(func.count()).select_from(capped)).scalar_one()
+    return offset + seen
+
+
 def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]], offset: int, limit: int):
     """Rewards of the organization, newest first; with filters, those whose custom field
     values match every (label, value) pair exactly.
@@ -106,7 +129,7 @@ def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]]
     """
     if not filters:
         where = rewards.c.organization_id == org
-        total = conn.execute(select(func.count()).select_from(rewards).where(where)).scalar_one()
+        total = bounded_count(conn, select(rewards.c.id).where(where), offset)
         rows = conn.execute(
             select(rewards).where(where).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
             .offset(offset).limit(limit)
@@ -119,12 +142,18 @@ def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]]
         # Every column of ix_rfv_search is pinned (reward_created_at is copied identically
         # into each of a reward's rows), so each probe is one index-only point lookup.
         other = aliased(reward_field_values)
-        conditions.append(exists().where(
-            other.c.organization_id == org, other.c.label == other_label, other.c.value == other_value,
-            other.c.reward_created_at == first.c.reward_created_at, other.c.reward_id == first.c.reward_id,
+        # OFFSET 0 keeps PostgreSQL from turning the EXISTS into a semi join: evaluated per row,
+        # the probe is an index lookup on every column whatever the statistics say. Without
+        # statistics (right after a bulk load) the semi join scanned every value of the label
+        # per row: 1.4 s instead of milliseconds at 10,000 rewards.
+        conditions.append(exists(
+            select(literal(1)).where(
+                other.c.organization_id == org, other.c.label == other_label, other.c.value == other_value,
+                other.c.reward_created_at == first.c.reward_created_at, other.c.reward_id == first.c.reward_id,
+            ).offset(0)
         ))
     matching = select(first.c.reward_id).where(*conditions)
-    total = conn.execute(select(func.count()).select_from(matching.subquery())).scalar_one()
+    total = bounded_count(conn, matching, offset)
     ids = list(conn.execute(
         matching.order_by(first.c.reward_created_at.desc(), first.c.reward_id.desc()).offset(offset).limit(limit)
     ).scalars())
