@@ -104,7 +104,7 @@ def page_order_rewards(conn: Connection, order_id: str, *, before: Cursor | None
 
 def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_gte: datetime | None,
                 created_lt: datetime | None, before: Cursor | None, limit: int):
-    """(rows, has_more): orders newest first below the cursor, each with its number of rewards."""
+    """(rows, has_more): orders newest first below the cursor."""
     conditions = [orders.c.organization_id == org]
     if before is not None:
         conditions.append(tuple_(orders.c.created_at, orders.c.id) < tuple_(*before))
@@ -114,11 +114,10 @@ def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_
         conditions.append(orders.c.created_at >= created_gte)
     if created_lt:
         conditions.append(orders.c.created_at < created_lt)
-    page = (select(orders).where(and_(*conditions)).order_by(orders.c.created_at.desc(), orders.c.id.desc())
-            .limit(limit + 1)).subquery()
-    counted = select(func.count()).where(rewards.c.order_id == page.c.id).scalar_subquery()
-    rows = conn.execute(select(page, counted.label("reward_count"))
-                        .order_by(page.c.created_at.desc(), page.c.id.desc())).all()
+    # No per-order reward count: its cost would follow the orders' sizes (5,000 rewards each from
+    # a CSV), not the page's. An order's page lists its rewards.
+    rows = conn.execute(select(orders).where(and_(*conditions))
+                        .order_by(orders.c.created_at.desc(), orders.c.id.desc()).limit(limit + 1)).all()
     return rows[:limit], len(rows) > limit
 
 
