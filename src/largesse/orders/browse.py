@@ -49,10 +49,14 @@ class RewardFilter:
 
 
 def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Cursor | None, limit: int):
-    """(rows, has_more): rewards newest first matching flt, below the cursor `before`."""
-    conditions = [rewards.c.organization_id == org]
-    if before is not None:
-        conditions.append(tuple_(rewards.c.created_at, rewards.c.id) < tuple_(*before))
+    """(rows, has_more): rewards newest first matching flt, below the cursor `before`.
+
+    With a custom field filter the walk starts from the field index instead (as the API's
+    search does, orders/repository.search_rewards): its entries are in the list's order, so
+    the page reads about `limit` index entries and rewards rows by primary key, where a walk
+    of the rewards probing each one's values could read every reward of the organization.
+    """
+    conditions = []
     if flt.status:
         conditions.append(rewards.c.status == flt.status)
     if flt.delivery_status:
@@ -63,15 +67,26 @@ def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Curso
         conditions.append(rewards.c.created_at >= flt.created_gte)
     if flt.created_lt:
         conditions.append(rewards.c.created_at < flt.created_lt)
-    for label, value in flt.fields:
-        # The custom-field index pins every column (orders/repository.search_rewards).
-        value_row = aliased(reward_field_values)
-        conditions.append(exists().where(
-            value_row.c.organization_id == org, value_row.c.label == label, value_row.c.value == value,
-            value_row.c.reward_created_at == rewards.c.created_at, value_row.c.reward_id == rewards.c.id))
+    if flt.fields:
+        first = aliased(reward_field_values)
+        (label, value), rest = flt.fields[0], flt.fields[1:]
+        conditions += [first.c.organization_id == org, first.c.label == label, first.c.value == value,
+                       rewards.c.organization_id == org]
+        for other_label, other_value in rest:
+            other = aliased(reward_field_values)
+            conditions.append(exists().where(
+                other.c.organization_id == org, other.c.label == other_label, other.c.value == other_value,
+                other.c.reward_created_at == first.c.reward_created_at, other.c.reward_id == first.c.reward_id))
+        order = (first.c.reward_created_at, first.c.reward_id)
+        statement = select(rewards).select_from(first).join(rewards, rewards.c.id == first.c.reward_id)
+    else:
+        conditions.append(rewards.c.organization_id == org)
+        order = (rewards.c.created_at, rewards.c.id)
+        statement = select(rewards)
+    if before is not None:
+        conditions.append(tuple_(*order) < tuple_(*before))
     rows = conn.execute(
-        select(rewards).where(and_(*conditions)).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
-        .limit(limit + 1)
+        statement.where(and_(*conditions)).order_by(order[0].desc(), order[1].desc()).limit(limit + 1)
     ).all()
     return rows[:limit], len(rows) > limit
 
@@ -89,7 +104,7 @@ def page_order_rewards(conn: Connection, order_id: str, *, before: Cursor | None
 
 def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_gte: datetime | None,
                 created_lt: datetime | None, before: Cursor | None, limit: int):
-    """(rows, has_more): orders newest first below the cursor, each with its number of rewards."""
+    """(rows, has_more): orders newest first below the cursor."""
     conditions = [orders.c.organization_id == org]
     if before is not None:
         conditions.append(tuple_(orders.c.created_at, orders.c.id) < tuple_(*before))
@@ -99,11 +114,10 @@ def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_
         conditions.append(orders.c.created_at >= created_gte)
     if created_lt:
         conditions.append(orders.c.created_at < created_lt)
-    page = (select(orders).where(and_(*conditions)).order_by(orders.c.created_at.desc(), orders.c.id.desc())
-            .limit(limit + 1)).subquery()
-    counted = select(func.count()).where(rewards.c.order_id == page.c.id).scalar_subquery()
-    rows = conn.execute(select(page, counted.label("reward_count"))
-                        .order_by(page.c.created_at.desc(), page.c.id.desc())).all()
+    # No per-order reward count: its cost would follow the orders' sizes (5,000 rewards each from
+    # a CSV), not the page's. An order's page lists its rewards.
+    rows = conn.execute(select(orders).where(and_(*conditions))
+                        .order_by(orders.c.created_at.desc(), orders.c.id.desc()).limit(limit + 1)).all()
     return rows[:limit], len(rows) > limit
 
 

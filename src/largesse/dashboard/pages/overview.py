@@ -24,3 +24,8 @@ def overview(ctx):
                                        before=None, limit=5)
     return ctx.render("overview.html", title="Overview", balances=balances, counts=counts, recent=recent,
                       month=month_start.strftime("%B %Y"))
+
+
+@route(router, "GET", "/", action=None)
+def trailing_slash(ctx):
+    return ctx.redirect("/dashboard")
