@@ -217,3 +217,44 @@ def order_body(email: str, *, denomination=25, products=(GIFT_CARD_USD,), method
     if products is not None:
         reward["products"] = list(products)
     return {"payment": {"funding_source_id": "balance"}, "reward": reward}
+
+
+# --- the browser (redemption, connected-organization and dashboard pages) ---
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the whole session (Debian's, driven by Playwright). Defined
+    here, once: Playwright's sync API allows one instance per thread, so a second session
+    fixture in another folder would fail to start."""
+    from tests.redemption.conftest import CHROMIUM_ARGS, browser_required, chromium_path
+
+    executable, looked = chromium_path()
+    if executable is None:
+        why = f"no Chromium found ({looked}); run `make browser` or set LARGESSE_CHROMIUM=/path/to/chromium"
+        if browser_required():
+            pytest.fail(f"the browser tests are required (CI or LARGESSE_REQUIRE_BROWSER) but {why}",
+                        pytrace=False)
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    playwright = sync_playwright().start()
+    try:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    except Exception:
+        playwright.stop()
+        raise
+    yield browser
+    browser.close()
+    playwright.stop()
+
+
+@pytest.fixture
+def browser_page(browser):
+    """A fresh browser context (own cookies) with its own client address."""
+    from tests.redemption.conftest import fake_ip
+
+    context = browser.new_context(viewport={"width": 390, "height": 844},
+                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
+    page = context.new_page()
+    yield page
+    context.close()

@@ -11,8 +11,6 @@ from tremendous import (
     CreateConnectedOrganizationRequestKybPrefill,
 )
 
-from tests.redemption.conftest import browser, browser_page  # noqa: F401 - pytest fixtures
-
 
 def test_sign_in_link_in_the_browser(org, api, browser_page):  # noqa: F811
     page = browser_page

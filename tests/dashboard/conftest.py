@@ -14,7 +14,7 @@ from largesse import db
 from largesse.dashboard import signin
 from largesse.orgs import service as orgs
 from largesse.orgs.models import members
-from tests.redemption.conftest import browser, fake_ip  # noqa: F401 - browser: the session fixture
+from tests.redemption.conftest import fake_ip
 
 CSRF = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 

@@ -13,7 +13,6 @@ import secrets
 import shutil
 
 import httpx
-import pytest
 
 from tests.conftest import order_body
 
@@ -95,34 +94,3 @@ def chromium_path() -> tuple[str | None, str]:
     return found, f"`chromium` on PATH or {DEFAULT_CHROMIUM}"
 
 
-@pytest.fixture(scope="session")
-def browser():
-    """One headless Chromium for the whole session (Debian's, driven by Playwright)."""
-    executable, looked = chromium_path()
-    if executable is None:
-        why = f"no Chromium found ({looked}); run `make browser` or set LARGESSE_CHROMIUM=/path/to/chromium"
-        if browser_required():
-            pytest.fail(f"the browser tests are required (CI or LARGESSE_REQUIRE_BROWSER) but {why}",
-                        pytrace=False)
-        pytest.skip(why)
-    from playwright.sync_api import sync_playwright
-
-    playwright = sync_playwright().start()
-    try:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-    except Exception:
-        playwright.stop()
-        raise
-    yield browser
-    browser.close()
-    playwright.stop()
-
-
-@pytest.fixture
-def browser_page(browser):
-    """A fresh browser context (own cookies) with its own client address."""
-    context = browser.new_context(viewport={"width": 390, "height": 844},
-                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
-    page = context.new_page()
-    yield page
-    context.close()
