@@ -115,7 +115,7 @@ def save_policy(ctx):
         if above_cents < 0:
             return _page(ctx, 400, error="Amount must be 0 or more")
     try:
-        with db.write(ctx.engine) as conn:  # the CLI's `largesse orders approval-policy` calls the same
+        with db.write(ctx.engine) as conn:  # `largesse org approvals` calls the same
             approvals.set_policy(conn, ctx.viewer.organization_id, mode=mode, above_cents=above_cents,
                                  api_allowed=ctx.form.get("api_allowed") == "yes")
     except ValueError as exc:
