@@ -142,3 +142,13 @@ def test_a_second_admin_sees_who_decided(engine, server, org, http):
         assert f"Approved by {email}" in text_of(second.get(f"/dashboard/orders/{order['id']}").text)
     finally:
         second.close()
+
+
+def test_new_pages_answer_with_a_strict_csp(admin):
+    for path in ("/dashboard/approvals", "/dashboard/funding/invoices", "/dashboard/funding/topups",
+                 "/dashboard/reports"):
+        response = admin.get(path)
+        assert response.status_code == 200, path
+        csp = response.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp, path
+        assert "<script>" not in response.text and " style=" not in response.text, path
