@@ -139,7 +139,8 @@ def main() -> None:
                 "/dashboard/rewards?status=CANCELED", "/dashboard/rewards?field=Department&value=Research",
                 "/dashboard/rewards?from=2000-01-01&to=2000-01-31", f"/dashboard/rewards/{reward_id}",
                 "/dashboard/send", "/dashboard/campaigns", "/dashboard/funding", "/dashboard/team",
-                "/dashboard/developers",
+                "/dashboard/developers", "/dashboard/approvals", "/dashboard/funding/invoices",
+                "/dashboard/funding/topups", "/dashboard/reports",
             ]
             log(f"\n{'page':<70} {'median ms':>10} {'max ms':>8} {'CPU ms':>7}")
             for path in pages:

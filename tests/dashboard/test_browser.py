@@ -178,3 +178,67 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_role("button", name="Sign out").click()
     page.wait_for_url(f"{base}/dashboard/signin")
     assert page.problems == [], page.problems
+
+
+def test_approvals_funding_and_reports_journey(dashboard_page, engine, server, org, http):
+    """Approve an order waiting for approval; create an invoice; ask for a report, let the
+    worker generate it, and download it."""
+    from largesse import db
+    from largesse.dashboard import signin
+    from largesse.delivery.worker import Worker
+    from largesse.orders import approvals
+    from tests.dashboard.conftest import member_id
+
+    page = dashboard_page
+    base = server.url
+    with db.write(engine) as conn:
+        approvals.set_policy(conn, org.id, mode="api")
+        token = signin.issue_token(conn, member_id=member_id(engine, org.id, org.member_email),
+                                   organization_id=org.id)
+    waiting = place(http, org.member_email, denomination=45)
+    assert waiting["status"] == "PENDING APPROVAL"
+    page.goto(signin.signin_link(base, token))
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/dashboard")
+
+    # Approve the order waiting for approval, from the overview's count.
+    page.get_by_role("link", name="1 order waiting for approval").click()
+    page.wait_for_url(f"{base}/dashboard/approvals")
+    check(page, "approvals")
+    page.get_by_role("button", name=f"Approve order {waiting['id']}").click()
+    page.get_by_text(f"Order {waiting['id']} approved by {org.member_email}").wait_for()
+    assert page.get_by_text("No order is waiting for approval").is_visible()
+    assert http.get(f"/orders/{waiting['id']}").json()["order"]["status"] == "EXECUTED"
+
+    # An invoice, and the top-ups page.
+    page.goto(f"{base}/dashboard/funding/invoices")
+    page.get_by_label("Amount").fill("500")
+    page.get_by_label("PO number (optional)").fill("PO-42")
+    page.get_by_role("button", name="Create invoice").click()
+    page.get_by_text("Invoice created").wait_for()
+    check(page, "invoices")
+    page.get_by_role("link", name="Top-ups").click()
+    page.get_by_label("Amount").fill("250")
+    page.get_by_role("button", name="Request top-up").click()
+    page.get_by_text("Top-up requested").wait_for()
+    check(page, "topups")
+
+    # Ask for a report; the worker generates it; download it.
+    Worker(engine, server.settings).drain()  # the approved reward is delivered first
+    page.get_by_role("link", name="Reports").click()
+    page.get_by_label("Smallest amount").fill("40")
+    page.get_by_label("Delivered").check()
+    page.get_by_role("button", name="Ask for report").click()
+    notice = page.get_by_text(re.compile(r"Report [A-Z0-9]+ requested"))
+    notice.wait_for()
+    report_id = re.search(r"Report ([A-Z0-9]+) requested", notice.inner_text()).group(1)
+    Worker(engine, server.settings).drain()  # generates the report
+    page.get_by_role("link", name=f"Check report {report_id} again").click()
+    page.get_by_text("Ready to download").wait_for()
+    page.goto(f"{base}/dashboard/reports")
+    check(page, "reports")
+    with page.expect_download() as download:
+        page.get_by_role("link", name=f"Download report {report_id} (CSV)").click()
+    content = Path(download.value.path()).read_text()
+    assert content.startswith("reward_id,") and waiting["rewards"][0]["id"] in content
+    assert page.problems == [], page.problems

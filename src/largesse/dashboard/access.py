@@ -22,8 +22,10 @@ from largesse.orgs import roles
 ADMIN, MEMBER = roles.ADMIN, "MEMBER"
 # The dashboard's three kinds of page, each mapped to the organization's role rule (orgs/roles.py):
 # view: every page that shows data; send: place orders and act on rewards (resend, cancel,
-# generate a link); admin: team, API keys, webhooks, funding, campaigns.
-PAGE_ACTIONS = {"view": "view", "send": "send_rewards", "admin": "manage_members"}
+# generate a link); admin: team, API keys, webhooks, funding, campaigns. approve: the approval
+# queue; funding: invoices and top-ups; settings: organization settings (the approval policy).
+PAGE_ACTIONS = {"view": "view", "send": "send_rewards", "admin": "manage_members", "approve": "approve_orders",
+                "funding": "manage_funding", "settings": "manage_settings"}
 
 
 class SignInRequired(Exception):

@@ -8,11 +8,23 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from largesse import paths
-from largesse.dashboard.pages import auth, campaigns, developers, funding, overview, rewards, send, team
+from largesse.dashboard.pages import (
+    approvals,
+    auth,
+    billing,
+    campaigns,
+    developers,
+    funding,
+    overview,
+    reports,
+    rewards,
+    send,
+    team,
+)
 from largesse.dashboard.web import PREFIX, not_found_page
 
 STATIC = Path(__file__).parent / "static" / "dashboard"
-PAGES = (auth, overview, send, rewards, campaigns, funding, team, developers)  # + approvals, invoices, reports
+PAGES = (auth, overview, send, rewards, approvals, campaigns, funding, billing, reports, team, developers)
 
 
 def install(app: FastAPI) -> None:

@@ -52,6 +52,7 @@ orders = Table(
     UniqueConstraint("organization_id", "external_id"),
     Index("ix_orders_org_created", "organization_id", "created_at"),
     Index("ix_orders_org_campaign", "organization_id", "campaign_id"),
+    Index("ix_orders_org_status_created", "organization_id", "status", "created_at", "id"),  # approvals queue
 )
 
 rewards = Table(

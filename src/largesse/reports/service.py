@@ -174,6 +174,14 @@ def get(conn: Connection, org: str, report_id: str, link) -> dict:
     return to_wire(row, link)
 
 
+def list_recent(conn: Connection, org: str, link, *, limit: int = 20) -> list[dict]:
+    """The organization's latest reports, newest first, as get() shows each, with the filters
+    they were asked with (the dashboard's list)."""
+    rows = conn.execute(select(reports).where(reports.c.organization_id == org)
+                        .order_by(reports.c.created_at.desc(), reports.c.id.desc()).limit(limit)).all()
+    return [{**to_wire(row, link), "filters": row.filters} for row in rows]
+
+
 def to_wire(row, link) -> dict:
     wire = {"id": row.id, "status": row.status, "created_at": iso(row.created_at),
             "expected_completion_at": iso(row.completed_at or row.created_at + timedelta(minutes=1))}

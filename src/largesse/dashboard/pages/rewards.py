@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from largesse import db
 from largesse.campaigns import service as campaigns_service
 from largesse.dashboard import access
+from largesse.dashboard.pages import approvals as approvals_page
 from largesse.dashboard.web import route
 from largesse.delivery import service as delivery
 from largesse.errors import ApiError
@@ -70,7 +71,8 @@ def show_order(ctx, order_id: str):
     with db.read(ctx.engine) as conn:
         order = access.owned(conn, ctx.viewer, orders, order_id)
         rows, more = browse.page_order_rewards(conn, order.id, before=_before(ctx), limit=PAGE_SIZE)
-    return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows,
+        decision = approvals_page.decision_of(conn, order)
+    return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows, decision=decision,
                       pager=_pager(ctx, browse.cursor_of(rows[-1]) if more else None))
 
 
