@@ -121,17 +121,6 @@ def _document_self_parsed_bodies(app: FastAPI) -> None:
     app.openapi = openapi
 
 
-def _loggable_path(path: str) -> str:
-    """The path without secrets: redemption and sign-in tokens are bearer secrets, never logged."""
-    if path.startswith("/redeem/"):
-        return "/redeem/<token>"
-    if path.startswith("/connect/"):
-        return "/connect/<token>"
-    if path.startswith("/reports/download/"):  # a report's download link (docs/reports.md)
-        return "/reports/download/<token>"
-    return path
-
-
 def install_error_handlers(app: FastAPI) -> None:
     async def auth_first(request: Request, status: int):
         """A write's 401/403 wins over its other 4xx (auth.refusal): nothing about the request
@@ -179,7 +168,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error on %s %s", request.method, _loggable_path(request.url.path))
+        from largesse.ops.middleware import loggable_path
+
+        log.exception("unhandled error on %s %s", request.method, loggable_path(request.url.path))
         return _error(500, "Internal error; it has been logged")
 
 

@@ -26,7 +26,10 @@ _URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s/]+@")
 _API_KEY = re.compile(r"\b(LRG_(?:SANDBOX|PROD)_)[A-Za-z0-9_-]+")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",]+")
 _QUERY_SECRET = re.compile(r"(?i)([?&](?:token|key|api_key|secret|signature|sig|password|access_token)=)[^&\s'\"]+")
-_REDEEM = re.compile(r"(/redeem/|/connect/|/reports/download/)[^/\s?#'\"<>]+")
+# Paths whose next segment is a bearer token (redemption links, connected members' sign-in
+# links, report downloads): logged as PREFIX<token>. The one list of them (ops.middleware too).
+TOKEN_PATHS = ("/redeem/", "/connect/", "/reports/download/")
+_TOKEN_PATH = re.compile("(" + "|".join(map(re.escape, TOKEN_PATHS)) + r")[^/\s?#'\"<>]+")
 _EMAIL = re.compile(r"([A-Za-z0-9!#$%&*+=?^_`{|}~-])[A-Za-z0-9!#$%&'*+=?^_`{|}~.-]*"
                     r"@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)")
 
@@ -41,8 +44,8 @@ def redact(text: str) -> str:
         text = _BEARER.sub(r"\1***", text)
     if "=" in text and ("?" in text or "&" in text):
         text = _QUERY_SECRET.sub(r"\1***", text)
-    if "/redeem/" in text or "/connect/" in text or "/reports/download/" in text:
-        text = _REDEEM.sub(r"\1<token>", text)
+    if any(prefix in text for prefix in TOKEN_PATHS):
+        text = _TOKEN_PATH.sub(r"\1<token>", text)
     if "@" in text:
         text = _EMAIL.sub(r"\1***@\2", text)
     return text

@@ -33,13 +33,10 @@ UNMATCHED = "<unmatched>"
 
 
 def loggable_path(path: str) -> str:
-    """The path without secrets: redemption and sign-in tokens are bearer secrets, never logged."""
-    if path.startswith("/redeem/"):
-        return "/redeem/<token>"
-    if path.startswith("/connect/"):
-        return "/connect/<token>"
-    if path.startswith("/reports/download/"):  # a report's download link (docs/reports.md)
-        return "/reports/download/<token>"
+    """The path without secrets: redemption, sign-in and report tokens are bearer secrets, never logged."""
+    for prefix in logs.TOKEN_PATHS:
+        if path.startswith(prefix):
+            return prefix + "<token>"
     return path
 
 
