@@ -184,21 +184,24 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
 
 # Everything an order needs to know about its caller, in one statement: the key's
 # organization, its balance, and whether it has a webhook or required custom fields.
+# What an order needs of its organization besides the caller's key, shared by both contexts:
+# the balance in the organization's currency, webhook and required fields, approval policy.
+_ORDER_COLUMNS = (
+    _funding_sources.c.id.label("balance_id"),
+    _funding_sources.c.currency_code.label("balance_currency"),
+    exists().where(_webhooks.c.organization_id == _organizations.c.id).label("has_webhook"),
+    exists().where(_fields.c.organization_id == _organizations.c.id, _fields.c.required.is_(True))
+    .label("has_required_fields"),
+    _organizations.c.approval_mode, _organizations.c.approval_above_cents,
+)
+_BALANCE_JOIN = and_(_funding_sources.c.organization_id == _organizations.c.id,
+                     _funding_sources.c.method == "balance",
+                     _funding_sources.c.currency_code == _organizations.c.currency_code)
 _CONTEXT = (
-    select(
-        *auth.CALLER_COLUMNS,
-        _funding_sources.c.id.label("balance_id"),
-        _funding_sources.c.currency_code.label("balance_currency"),
-        exists().where(_webhooks.c.organization_id == _organizations.c.id).label("has_webhook"),
-        exists().where(_fields.c.organization_id == _organizations.c.id, _fields.c.required.is_(True))
-        .label("has_required_fields"),
-        _organizations.c.approval_mode, _organizations.c.approval_above_cents,
-    )
+    select(*auth.CALLER_COLUMNS, *_ORDER_COLUMNS)
     .select_from(_api_keys)
     .join(_organizations, _organizations.c.id == _api_keys.c.organization_id)
-    .outerjoin(_funding_sources, and_(_funding_sources.c.organization_id == _organizations.c.id,
-                                      _funding_sources.c.method == "balance",
-                                      _funding_sources.c.currency_code == _organizations.c.currency_code))
+    .outerjoin(_funding_sources, _BALANCE_JOIN)
     .where(_api_keys.c.key_hash == bindparam("key_hash"), _api_keys.c.revoked_at.is_(None))
 )
 # The same context for a member of an organization (the dashboard), who holds no API key.
@@ -206,18 +209,10 @@ _ORG_CONTEXT = (
     select(
         _organizations.c.id.label("org_id"), _organizations.c.currency_code,
         _organizations.c.fee_basis_points, _organizations.c.fee_flat_cents, _organizations.c.reward_expiry_days,
-        _organizations.c.environment,
-        _funding_sources.c.id.label("balance_id"),
-        _funding_sources.c.currency_code.label("balance_currency"),
-        exists().where(_webhooks.c.organization_id == _organizations.c.id).label("has_webhook"),
-        exists().where(_fields.c.organization_id == _organizations.c.id, _fields.c.required.is_(True))
-        .label("has_required_fields"),
-        _organizations.c.approval_mode, _organizations.c.approval_above_cents,
+        _organizations.c.environment, *_ORDER_COLUMNS,
     )
     .select_from(_organizations)
-    .outerjoin(_funding_sources, and_(_funding_sources.c.organization_id == _organizations.c.id,
-                                      _funding_sources.c.method == "balance",
-                                      _funding_sources.c.currency_code == _organizations.c.currency_code))
+    .outerjoin(_funding_sources, _BALANCE_JOIN)
     .where(_organizations.c.id == bindparam("org"))
 )
 
