@@ -40,9 +40,14 @@ browser:
 	    echo "warning: could not install chromium; browser tests will skip (fail under CI)"; \
 	  else echo "note: chromium not installed; browser tests will skip (fail under CI)"; fi; }
 
+# The suite runs in TEST_PROCS pytest-xdist processes (each with its own databases, servers and
+# browser): most of a test's time is waiting on processes, leases and the browser, not CPU.
+# TEST_PROCS=0 runs it in this process.
+TEST_PROCS ?= 3
+
 test: $(STAMP) $(NODE_STAMP) browser
 	$(BIN)/ruff check src tests bench simulation
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench simulation
