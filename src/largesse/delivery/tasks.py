@@ -13,7 +13,7 @@ deliver_reward, in three steps, each done for a whole claimed batch at once:
 3. complete_sent, once per batch: one write transaction marks every sent reward's delivery
    SUCCEEDED (conditional) and their jobs done.
 A process that dies between the SMTP server's acceptance and step 3 sends the email again
-when the job is reclaimed: delivery is at-least-once (docs/delivery.md); a batch is 5 emails.
+when the job is reclaimed: delivery is at-least-once (docs/delivery.md); a batch is up to 20 emails (worker.BATCH).
 
 Job kinds are dispatched by `job.kind` in run_claimed: a new kind is a function of
 (ctx, job) added there.
