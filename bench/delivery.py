@@ -1,59 +1,83 @@
 """Delivery throughput: emails/s from `largesse worker` processes to a local SMTP sink.
 
     python -m bench.delivery [--count 5000] [--quick] [--db sqlite|postgresql] [--procs 1,2]
+                             [--threads N] [--compare /path/to/old/src] [--rounds 2]
 
 For each backend, a fresh database gets one funded organization and, per run, one order of
 `--count` EMAIL rewards with their deliver_reward jobs (inserted in one transaction, as
 POST /orders would, without the 500-rewards-per-order limit). Then 1, then 2 worker
-processes (`largesse worker --concurrency 2`) drain the queue into an aiosmtpd sink in this
-process; the rate is messages / (last accepted - first accepted), measured at the sink.
+processes (`largesse worker`, `--threads` email threads each, default: the worker's own
+default) drain the queue into an SMTP sink running in its own process (bench/smtp_sink.py:
+a minimal asyncio SMTP server, so that the sink takes little of the CPU the workers need).
+
+Figures: the rate is messages / (last accepted - first accepted), measured at the sink;
+"cpu ms/email" is the worker processes' CPU (user + system, from /proc) between the first
+and the last accepted message, per message; "sink ms/email" the sink process's CPU per
+message. `--compare SRC` runs every configuration with the workers' code from another
+checkout's src/ too (PYTHONPATH), alternating old and new `--rounds` times.
 bench.run calls main(); it returns the figures as a dict.
 """
 
 from __future__ import annotations
 
 import argparse
+import email
+import email.policy
+import json
 import os
-import signal
+import statistics
 import subprocess
-import threading
+import sys
 import time
 from pathlib import Path
 
 from bench import common
 
-THREADS_PER_PROCESS = 2
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-class CountingHandler:
-    """The cheapest possible SMTP sink: counts accepted messages and stamps the first/last."""
+class SinkProcess:
+    """bench/smtp_sink.py in a child process, driven over its stdin/stdout."""
 
     def __init__(self):
-        self.count = 0
-        self.first = self.last = None
-        self.stamps: list[float] = []
-        self.lock = threading.Lock()
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.smtp_sink"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=common.ROOT)
+        self.port = int(self.proc.stdout.readline().split()[1])
 
-    async def handle_DATA(self, server, session, envelope):
-        now = time.monotonic()
-        with self.lock:
-            self.count += 1
-            self.first = self.first or now
-            self.last = now
-            self.stamps.append(now)
-        return "250 OK"
+    def _ask(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
 
     def reset(self) -> None:
-        with self.lock:
-            self.count, self.first, self.last, self.stamps = 0, None, None, []
+        self._ask("reset")
 
-    def quarter_rates(self) -> list[float]:
-        """emails/s in each quarter of the run: a queue that drains without slowing keeps them level."""
-        stamps = self.stamps
-        n = len(stamps) // 4
-        if n < 2:
-            return []
-        return [round((n - 1) / max(stamps[(q + 1) * n - 1] - stamps[q * n], 1e-6), 1) for q in range(4)]
+    def stats(self) -> dict:
+        return self._ask("stats")
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def cpu_seconds(pids) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
+
+
+def check_sample(sample: str | None) -> None:
+    """The first message the sink accepted is a multipart reward email (a sanity check)."""
+    message = email.message_from_string(sample or "", policy=email.policy.default)
+    if message.get_content_type() != "multipart/alternative" or not message["X-Largesse-Reward-Id"]:
+        raise RuntimeError(f"delivery bench: the sink received an unexpected message:\n{(sample or '')[:2000]}")
+    message.get_body(("plain",)).get_content()
+    message.get_body(("html",)).get_content()
 
 
 def seed(url: str, org: common.BenchOrg, count: int) -> None:
@@ -97,33 +121,51 @@ def seed(url: str, org: common.BenchOrg, count: int) -> None:
         engine.dispose()
 
 
-def run_once(url: str, org: common.BenchOrg, sink, handler: CountingHandler, procs: int, count: int,
-             log_dir: Path) -> dict:
+def run_once(url: str, org: common.BenchOrg, sink: SinkProcess, procs: int, threads: int | None, count: int,
+             log_dir: Path, src: str | None = None, label: str = "new") -> dict:
     seed(url, org, count)
-    handler.reset()
+    sink.reset()
     env = {**os.environ, "LARGESSE_DATABASE_URL": url, "LARGESSE_SMTP_URL": f"smtp://127.0.0.1:{sink.port}",
            "LARGESSE_WORKER_POLL_SECONDS": "0.05", "LARGESSE_ENVIRONMENT": "sandbox",
            "LARGESSE_PUBLIC_URL": "http://127.0.0.1:8000"}
-    command = [str(common.VENV_BIN / "largesse"), "worker", "--concurrency", str(THREADS_PER_PROCESS)]
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    command = [str(common.VENV_BIN / "largesse"), "worker"]
+    if threads:
+        command += ["--concurrency", str(threads)]
     started = time.monotonic()
-    workers = [subprocess.Popen(command, env=env, stdout=(log_dir / f"worker-{procs}-{n}.log").open("w"),
+    workers = [subprocess.Popen(command, env=env, stdout=(log_dir / f"worker-{label}-{procs}-{n}.log").open("w"),
                                 stderr=subprocess.STDOUT) for n in range(procs)]
+    pids = [w.pid for w in workers]
     try:
         deadline = started + max(120.0, count / 10)
-        while handler.count < count:
+        stats = sink.stats()
+        while stats["count"] == 0:  # until the first message: start-up (imports) is not counted
             if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
-                raise RuntimeError(f"delivery bench: {handler.count}/{count} messages; see {log_dir}")
+                raise RuntimeError(f"delivery bench: no message; see {log_dir}")
+            time.sleep(0.01)
+            stats = sink.stats()
+        cpu0, sink_cpu0, count0 = cpu_seconds(pids), stats["cpu_s"], stats["count"]
+        while stats["count"] < count:
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                raise RuntimeError(f"delivery bench: {stats['count']}/{count} messages; see {log_dir}")
             time.sleep(0.05)
+            stats = sink.stats()
+        cpu1 = cpu_seconds(pids)
         wall = time.monotonic() - started
     finally:
         for w in workers:
-            w.send_signal(signal.SIGTERM)
+            w.terminate()
         for w in workers:
             w.wait(30)
-    window = max(handler.last - handler.first, 1e-6)
-    return {"processes": procs, "threads_per_process": THREADS_PER_PROCESS, "emails": count,
-            "emails_per_s": round((count - 1) / window, 1), "wall_s_including_startup": round(wall, 2),
-            "quarter_rates": handler.quarter_rates()}
+    check_sample(stats["sample"])
+    window = max(stats["last"] - stats["first"], 1e-6)
+    sent = max(stats["count"] - count0, 1)
+    return {"code": label, "processes": procs, "threads_per_process": threads or "default", "emails": count,
+            "emails_per_s": round((stats["count"] - 1) / window, 1), "wall_s_including_startup": round(wall, 2),
+            "worker_cpu_ms_per_email": round((cpu1 - cpu0) * 1000 / sent, 3),
+            "sink_cpu_ms_per_email": round((stats["cpu_s"] - sink_cpu0) * 1000 / sent, 3),
+            "quarter_rates": stats["quarter_rates"]}
 
 
 def main(args: list[str] | None = None) -> dict:
@@ -132,21 +174,19 @@ def main(args: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="2,000 emails per run")
     parser.add_argument("--db", choices=("sqlite", "postgresql"), help="one database backend")
     parser.add_argument("--procs", default="1,2", help="worker process counts to compare")
+    parser.add_argument("--threads", type=int, help="email threads per worker process (default: the worker's)")
+    parser.add_argument("--compare", metavar="SRC", help="another checkout's src/: run its workers alternately")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per configuration (alternating with --compare)")
     opts = parser.parse_args(args)
     count = 2_000 if opts.quick and opts.count == 5_000 else opts.count
     kinds = [opts.db] if opts.db else ["sqlite", "postgresql"]
     if "postgresql" in kinds and not common.pg_available():
         common.log("delivery: PostgreSQL not reachable; SQLite only")
         kinds = [k for k in kinds if k != "postgresql"]
+    codes = [("new", None)] + ([("old", opts.compare)] if opts.compare else [])
 
-    from aiosmtpd.controller import Controller
-
-    handler = CountingHandler()
-    port = common.free_port()
-    sink = Controller(handler, hostname="127.0.0.1", port=port)
-    sink.port = port
-    sink.start()
-    results: dict = {"emails_per_run": count, "runs": {}}
+    sink = SinkProcess()
+    results: dict = {"emails_per_run": count, "threads_per_process": opts.threads or "default", "runs": {}}
     try:
         with common.workdir() as work:
             for kind in kinds:
@@ -154,16 +194,28 @@ def main(args: list[str] | None = None) -> dict:
                     common.prepare_database(url)
                     org = common.create_funded_org(url, "Delivery Bench")
                     for procs in [int(p) for p in opts.procs.split(",")]:
-                        common.log(f"delivery: {kind}, {procs} worker process(es), {count} emails")
-                        results["runs"][f"{kind}/{procs}"] = run_once(url, org, sink, handler, procs, count, work)
+                        for n in range(opts.rounds):
+                            for label, src in (codes if n % 2 == 0 else codes[::-1]):
+                                common.log(f"delivery: {kind}, {label} code, {procs} worker process(es), "
+                                           f"{count} emails, round {n + 1}")
+                                run = run_once(url, org, sink, procs, opts.threads, count, work, src, label)
+                                results["runs"].setdefault(f"{kind}/{procs}/{label}", []).append(run)
     finally:
         sink.stop()
 
-    print(f"\ndelivery ({count} emails per run, {THREADS_PER_PROCESS} threads per worker process, aiosmtpd sink)")
-    print(f"{'database':<12}{'processes':>10}{'emails/s':>12}{'wall s':>10}  emails/s by quarter of the queue")
-    for key, run in results["runs"].items():
-        print(f"{key.split('/')[0]:<12}{run['processes']:>10}{run['emails_per_s']:>12}"
-              f"{run['wall_s_including_startup']:>10}  {run['quarter_rates']}")
+    print(f"\ndelivery ({count} emails per run, threads per worker process: {opts.threads or 'default'}, "
+          f"bench/smtp_sink.py in its own process; medians of {opts.rounds} run(s))")
+    print(f"{'database':<12}{'code':<6}{'processes':>10}{'emails/s':>10}{'cpu ms/email':>14}{'sink ms/email':>15}"
+          f"{'wall s':>8}  emails/s by quarter of the queue (last run)")
+    for key, runs in results["runs"].items():
+        kind, procs, label = key.split("/")
+        rate = statistics.median(r["emails_per_s"] for r in runs)
+        cpu = statistics.median(r["worker_cpu_ms_per_email"] for r in runs)
+        sink_cpu = statistics.median(r["sink_cpu_ms_per_email"] for r in runs)
+        wall = statistics.median(r["wall_s_including_startup"] for r in runs)
+        rates = ", ".join(str(r["emails_per_s"]) for r in runs)
+        print(f"{kind:<12}{label:<6}{procs:>10}{rate:>10.1f}{cpu:>14.3f}{sink_cpu:>15.3f}{wall:>8.1f}  "
+              f"{runs[-1]['quarter_rates']}  (runs: {rates})")
     return results
 
 

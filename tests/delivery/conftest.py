@@ -26,12 +26,20 @@ from tests.delivery.procs import RecordingHandler
 
 class SinkHandler(RecordingHandler):
     """Accepts every message, except recipients whose address contains a trigger:
-    "nobody" -> 550 at RCPT, "busy" -> 451 at RCPT, "hold" -> DATA waits until released."""
+    "nobody" -> 550 at RCPT, "busy" -> 451 at RCPT, "hold" -> DATA waits until released.
+    It offers PIPELINING (handle_EHLO)."""
 
     def __init__(self):
         super().__init__()
         self.holding = threading.Event()
         self.hold = True
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):  # noqa: N802
+        # aiosmtpd reads pipelined commands fine but does not say so: offer PIPELINING, so
+        # that these tests go through the transport's pipelined path (the StallHandler sinks
+        # of tests/delivery/procs.py keep testing the plain one).
+        session.host_name = hostname
+        return [*responses[:-1], "250-PIPELINING", responses[-1]]
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         if "nobody" in address:

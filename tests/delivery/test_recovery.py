@@ -11,7 +11,8 @@ import time
 import httpx
 import pytest
 
-from largesse.delivery.worker import Worker
+from largesse.delivery.jobs import MAIL
+from largesse.delivery.worker import BATCH, Worker
 from tests.delivery.conftest import tagged
 from tests.delivery.procs import (
     Smtp,
@@ -28,7 +29,7 @@ from tests.delivery.procs import (
 )
 from tests.factories import ok
 
-HELD = 8  # two email threads hold a batch of 5 and one of 3
+HELD = BATCH[MAIL] + 3  # two email threads: one holds a full batch, the other the last 3
 
 
 def settle(engine, fast, smtp_url: str) -> None:

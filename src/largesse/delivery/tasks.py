@@ -13,7 +13,7 @@ deliver_reward, in three steps, each done for a whole claimed batch at once:
 3. complete_sent, once per batch: one write transaction marks every sent reward's delivery
    SUCCEEDED (conditional) and their jobs done.
 A process that dies between the SMTP server's acceptance and step 3 sends the email again
-when the job is reclaimed: delivery is at-least-once (docs/delivery.md); a batch is 5 emails.
+when the job is reclaimed: delivery is at-least-once (docs/delivery.md); a batch is up to 20 emails (worker.BATCH).
 
 Job kinds are dispatched by `job.kind` in run_claimed: a new kind is a function of
 (ctx, job) added there.
@@ -76,13 +76,14 @@ def prepare_batch(ctx: Context, rows) -> list[Claimed]:
     the skipped jobs in one short write transaction."""
     items, seen = [], set()
     with db.read(ctx.engine) as conn:
+        batch = _Reads(conn, [job.reward_id for job in rows if job.kind == "deliver_reward" and job.reward_id])
         for job in rows:
             item = Claimed(job)
             items.append(item)
             if job.kind != "deliver_reward":
                 continue
             try:
-                item.mail, item.note = _check(conn, job, ctx.settings)
+                item.mail, item.note = _check(batch, job, ctx.settings)
                 if item.mail is None or job.reward_id in seen:
                     item.mail = None
                     item.note = item.note or "skipped: duplicate job"
@@ -158,9 +159,39 @@ def fail(ctx: Context, job, error: str, *, permanent: bool) -> str:
     return status or "lost"
 
 
-def _check(conn, job, settings: Settings) -> tuple[compose.RewardMail | None, str | None]:
+class _Reads:
+    """What the checks of a claimed batch read, in a few statements for the whole batch: the
+    rewards and their custom field values by id, each organization's fields and each campaign
+    once."""
+
+    def __init__(self, conn, reward_ids: list[str]):
+        self.conn = conn
+        self.rewards, self.values = {}, {}
+        self.fields: dict[str, list[str]] = {}
+        self.campaigns: dict[tuple[str, str], object] = {}
+        if not reward_ids:
+            return
+        self.rewards = {r.id: r for r in conn.execute(select(rewards).where(rewards.c.id.in_(reward_ids)))}
+        for row in conn.execute(select(reward_field_values.c.reward_id, reward_field_values.c.label,
+                                       reward_field_values.c.value)
+                                .where(reward_field_values.c.reward_id.in_(reward_ids))):
+            self.values.setdefault(row.reward_id, []).append((row.label, row.value))
+
+    def field_labels(self, organization_id: str) -> list[str]:
+        if organization_id not in self.fields:
+            self.fields[organization_id] = [f.label for f in fields_service.list_for(self.conn, organization_id)]
+        return self.fields[organization_id]
+
+    def campaign(self, organization_id: str, campaign_id: str):
+        key = (organization_id, campaign_id)
+        if key not in self.campaigns:
+            self.campaigns[key] = campaigns_service.get(self.conn, organization_id, campaign_id)
+        return self.campaigns[key]
+
+
+def _check(batch: _Reads, job, settings: Settings) -> tuple[compose.RewardMail | None, str | None]:
     """Is there still an email to send? (mail, None) if so, (None, why not) otherwise."""
-    reward = conn.execute(select(rewards).where(rewards.c.id == job.reward_id)).first()
+    reward = batch.rewards.get(job.reward_id)
     if reward is None:
         return None, "skipped: reward not found"
     # lifecycle.status: a reward past its expiry is expired even before the sweep has run, and
@@ -174,7 +205,7 @@ def _check(conn, job, settings: Settings) -> tuple[compose.RewardMail | None, st
         raise DeliveryError(f"nothing to deliver for a {reward.delivery_method} reward", permanent=True)
     if settings.sandbox:
         sandbox_outcome(reward.recipient_email, job.attempts)
-    return _gather(conn, reward), None
+    return _gather(batch, reward), None
 
 
 def _send(ctx: Context, item: Claimed) -> str:
@@ -217,12 +248,11 @@ def complete_sent(ctx: Context) -> int:
     return len(sent)
 
 
-def _gather(conn, reward) -> compose.RewardMail:
-    campaign = campaigns_service.get(conn, reward.organization_id, reward.campaign_id) if reward.campaign_id else None
-    values = {f.label.lower(): "" for f in fields_service.list_for(conn, reward.organization_id)}
-    for row in conn.execute(select(reward_field_values.c.label, reward_field_values.c.value)
-                            .where(reward_field_values.c.reward_id == reward.id)):
-        values[row.label.lower()] = row.value
+def _gather(batch: _Reads, reward) -> compose.RewardMail:
+    campaign = batch.campaign(reward.organization_id, reward.campaign_id) if reward.campaign_id else None
+    values = {label.lower(): "" for label in batch.field_labels(reward.organization_id)}
+    for label, value in batch.values.get(reward.id, ()):
+        values[label.lower()] = value
     return compose.RewardMail(
         reward_id=reward.id, recipient_name=reward.recipient_name, recipient_email=reward.recipient_email,
         denomination_cents=reward.denomination_cents, currency_code=reward.currency_code,

@@ -196,7 +196,7 @@ def preview_email(ctx):
         denomination_cents=SAMPLE_CENTS, currency_code=ctx.viewer.currency_code, expires_at=None, language="en",
         delivery_meta=None, email_style=email_style, webpage_style=page_style, field_values={})
     message = compose.build(mail, link="#preview", mail_from=ctx.settings.mail_from,
-                            mail_from_name=ctx.viewer.org_name, now=utcnow())
+                            mail_from_name=ctx.viewer.org_name, now=utcnow()).as_message()
     html = message.get_body(preferencelist=("html",)).get_content()
     # An email's HTML carries inline styles, as mail clients need: allowed in this sandboxed frame only.
     return _framed(html, "default-src 'none'; style-src 'unsafe-inline'; img-src https: http: data:; "
