@@ -72,7 +72,12 @@ def serve(
                     # SIGTERM: stop accepting, give requests in flight up to 30 s, then the lifespan
                     # (or, with several workers, this process) stops delivery: jobs in hand finish,
                     # the rest go back to the queue.
-                    timeout_graceful_shutdown=30)
+                    timeout_graceful_shutdown=30,
+                    # uvicorn kills an API process that does not answer its health ping in time
+                    # and starts another; a new process answers only once it has imported the
+                    # app, which on a loaded machine took over the default 5 s, and every
+                    # replacement was killed in turn. 30 s still replaces a hung process.
+                    timeout_worker_healthcheck=30)
     finally:
         if supervisor is not None:
             supervisor.stop()

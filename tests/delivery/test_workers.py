@@ -73,7 +73,9 @@ def test_worker_killed_mid_send_loses_nothing(org, http, sink, fast, engine, dat
                  engine=engine, timeout=30)
         assert len(sink.handler.to(address)) == 1 and not stuck.handler.to(address)
         [job] = job_rows(engine, reward_id)
-        assert job.status == "done" and job.attempts == 2
+        # Claimed at least twice (the killed worker, then the drain); a loaded machine may add a
+        # retry after a timeout, never a second email.
+        assert job.status == "done" and job.attempts >= 2
     finally:
         stuck.stop()
 
@@ -96,7 +98,7 @@ def test_two_worker_processes_send_each_email_exactly_once(org, http, sink, engi
                 return conn.execute(select(func.count()).select_from(rewards).where(
                     rewards.c.id.in_(ids), rewards.c.delivery_status == "SUCCEEDED")).scalar_one() == len(ids)
 
-        wait_for(delivered, timeout=60)
+        wait_for(delivered, timeout=180)  # the queue also holds earlier tests' emails
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
