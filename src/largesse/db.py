@@ -359,3 +359,143 @@ def retrying(fn, *args, **kwargs):
             metrics.db_retry(reason)
             time.sleep(random.uniform(0.005, 0.025) * 2 ** attempt)
     raise AssertionError("unreachable")
+
+
+# --- hot statements: compiled once, executed on the driver's cursor ------------------------------
+
+class Prepared:
+    """A Core statement compiled once per dialect and executed on the DBAPI connection of the
+    caller's transaction: the request paths' hottest statements (POST /orders).
+
+    `conn.execute(statement)` costs about 0.05 ms of CPU per statement before the driver is
+    called (cache-key lookup, execution context, parameter construction, result metadata):
+    with ~8 statements an order, a quarter of the API's CPU per order (docs/benchmarks.md).
+    Prepared keeps the statement a SQLAlchemy construct (one definition; the dialect compiles
+    it, with the same bind processors: datetimes and JSON as SQLAlchemy stores them), but does
+    that work once: a call is the driver's execute, the parameters in the compiled order, and
+    rows as named tuples. Driver errors are wrapped and handled by the Connection as usual
+    (IntegrityError, disconnects invalidate the connection, `retrying`/`is_unavailable` see
+    SQLAlchemy's exceptions). psycopg still prepares a statement server-side after its
+    `prepare_threshold` executions, as under conn.execute.
+
+    What it does not do: no autobegin (the caller holds a transaction: db.write/db.read), no
+    cursor events or echo, no expanding (IN) parameters, and INSERT columns with a Python-side
+    default must be scalar defaults. An INSERT compiles per set of row keys.
+    """
+
+    __slots__ = ("statement", "_forms", "__weakref__")
+
+    def __init__(self, statement) -> None:
+        self.statement = statement
+        self._forms: dict = {}  # (dialect, row keys) -> _Form
+
+    def rows(self, conn: Connection, params: dict | None = None) -> list:
+        """The statement's rows (SELECT, or RETURNING) for one set of parameters."""
+        form = self._form(conn, params)
+        return form.run(conn, params or {})
+
+    def first(self, conn: Connection, params: dict | None = None):
+        rows = self.rows(conn, params)
+        return rows[0] if rows else None
+
+    def scalars(self, conn: Connection, params: dict | None = None) -> list:
+        return [row[0] for row in self.rows(conn, params)]
+
+    def execute_many(self, conn: Connection, rows: list[dict]) -> None:
+        """An INSERT (or UPDATE) for each of rows (dicts with the same keys), in one driver call."""
+        if not rows:
+            return
+        form = self._form(conn, rows[0])
+        if len(rows) == 1:
+            form.run(conn, rows[0])
+        else:
+            form.run_many(conn, rows)
+
+    def _form(self, conn: Connection, params: dict | None) -> _Form:
+        dialect = conn.dialect
+        keys = tuple(params) if params and getattr(self.statement, "is_insert", False) else None
+        form = self._forms.get((id(dialect), keys))
+        if form is None or form.dialect is not dialect:
+            form = self._forms[(id(dialect), keys)] = _Form(self.statement, dialect, keys)
+        return form
+
+
+class _Form:
+    """One compiled form of a Prepared statement (one dialect, one set of INSERT keys)."""
+
+    __slots__ = ("dialect", "sql", "names", "processors", "defaults", "positional", "row", "result_processors")
+
+    def __init__(self, statement, dialect, keys: tuple | None) -> None:
+        import collections
+
+        compiled = statement.compile(dialect=dialect, column_keys=list(keys) if keys is not None else None)
+        if compiled.literal_execute_params or compiled.post_compile_params:
+            raise ValueError("Prepared statements take no expanding (IN) parameters")
+        self.dialect = dialect
+        self.sql = compiled.string
+        self.positional = compiled.positional
+        self.names = list(compiled.positiontup) if compiled.positional else list(compiled.bind_names.values())
+        self.processors = [compiled._bind_processors.get(name) for name in self.names]
+        self.defaults = {}
+        for bind, name in compiled.bind_names.items():
+            if bind.callable is not None:
+                raise ValueError(f"Prepared statements take no callable parameters ({name})")
+            if not bind.required and bind.value is not None:
+                self.defaults[name] = bind.value
+        for column in getattr(compiled, "insert_prefetch", ()):
+            default = column.default
+            if default is None or not default.is_scalar:
+                raise ValueError(f"column {column.key} has a Python-side default that is not a scalar")
+            self.defaults[column.key] = default.arg
+        columns = compiled._result_columns  # empty for text(): its rows are plain tuples
+        self.row = collections.namedtuple("PreparedRow", [c[0] for c in columns], rename=True) if columns else None
+        if self.row is not None:
+            self.row._mapping = property(lambda row: dict(zip(row._fields, row, strict=True)))
+        procs = [c[3]._cached_result_processor(dialect, None) for c in columns]
+        self.result_processors = procs if any(procs) else None
+
+    def _values(self, params: dict):
+        defaults = self.defaults
+        values = []
+        for name, process in zip(self.names, self.processors, strict=True):
+            value = params[name] if name in params else defaults.get(name)
+            if process is not None and value is not None:
+                value = process(value)
+            values.append(value)
+        return tuple(values) if self.positional else dict(zip(self.names, values, strict=True))
+
+    def _make_rows(self, raw_rows) -> list:
+        if self.row is None:
+            return raw_rows
+        make, procs = self.row._make, self.result_processors
+        if procs is None:
+            return [make(r) for r in raw_rows]
+        return [make([p(v) if p is not None else v for p, v in zip(procs, r, strict=True)]) for r in raw_rows]
+
+    def run(self, conn: Connection, params: dict) -> list:
+        values = self._values(params)
+        dbapi_connection = conn.connection.driver_connection
+        cursor = None
+        try:
+            if not conn.in_transaction():
+                raise RuntimeError("Prepared statements run inside the caller's transaction")
+            cursor = dbapi_connection.cursor()
+            cursor.execute(self.sql, values)
+            rows = self._make_rows(cursor.fetchall()) if cursor.description is not None else []
+            cursor.close()
+            return rows
+        except self.dialect.loaded_dbapi.Error as exc:
+            conn._handle_dbapi_exception(exc, self.sql, values, cursor, None)
+
+    def run_many(self, conn: Connection, rows: list[dict]) -> None:
+        values = [self._values(r) for r in rows]
+        dbapi_connection = conn.connection.driver_connection
+        cursor = None
+        try:
+            if not conn.in_transaction():
+                raise RuntimeError("Prepared statements run inside the caller's transaction")
+            cursor = dbapi_connection.cursor()
+            cursor.executemany(self.sql, values)
+            cursor.close()
+        except self.dialect.loaded_dbapi.Error as exc:
+            conn._handle_dbapi_exception(exc, self.sql, values, cursor, None)
