@@ -67,10 +67,12 @@ def normalize_url(url: str) -> str:
 
 
 def make_engine(url: str, *, pool_size: int = 8, timeout: float | None = None,
-                statement_timeout: float | None = None) -> Engine:
+                statement_timeout: float | None = None, background_checkpoints: bool = False) -> Engine:
     """An engine; `timeout` (seconds) bounds every wait for the database: connecting, PostgreSQL
     row locks (lock_timeout), SQLite's busy wait and in-process writer lock, pool checkout.
-    `statement_timeout` (PostgreSQL) bounds one statement. None keeps the patient defaults."""
+    `statement_timeout` (PostgreSQL) bounds one statement. None keeps the patient defaults.
+    `background_checkpoints` (SQLite, the API's engine): the WAL is checkpointed by a thread of
+    this process, never inside a request's COMMIT (see SqliteCheckpointer)."""
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -88,7 +90,10 @@ def make_engine(url: str, *, pool_size: int = 8, timeout: float | None = None,
             pool_timeout=timeout or 30,
             connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
         )
-        _configure_sqlite(engine, busy_ms)
+        checkpoints = background_checkpoints and bool(database) and database != ":memory:"
+        _configure_sqlite(engine, busy_ms, autocheckpoint=not checkpoints)
+        if checkpoints:
+            SqliteCheckpointer(engine, database).start()
         _lock_timeouts[id(engine.pool)] = timeout if timeout else -1
         return engine
     connect_args: dict = {"connect_timeout": max(2, math.ceil(timeout)) if timeout else PG_CONNECT_TIMEOUT_S}
@@ -126,7 +131,7 @@ def _json_dumps(value) -> str:
     return orjson.dumps(value).decode()
 
 
-def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
+def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, *, autocheckpoint: bool = True) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection, _record):
         # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's own handling
@@ -137,6 +142,8 @@ def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> 
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+        if not autocheckpoint:
+            cursor.execute("PRAGMA wal_autocheckpoint=0")  # SqliteCheckpointer's thread does it
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -148,6 +155,78 @@ def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> 
             attempt.may_yield = False  # a write has begun: from here on, running fn again could repeat it
             return
         conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if write else 'DEFERRED'}")
+
+
+class SqliteCheckpointer(threading.Thread):
+    """Checkpoints an SQLite database's WAL from a thread of its own, for the API's engine.
+
+    SQLite's automatic checkpoint runs inside the COMMIT that pushes the WAL past 1,000 pages:
+    it copies the WAL into the database and fsyncs both, 5-100 ms on this machine's disk, which
+    on the API's event loop (web.run_db runs SQLite inline) stalled every request of the
+    process. Measured in-process: an order's COMMIT took 1.2 ms of wall time on average for
+    0.05 ms without checkpoints, and p99 21 ms (docs/benchmarks.md). Here the API's connections
+    never checkpoint (wal_autocheckpoint=0); this thread runs a PASSIVE checkpoint (it never
+    waits for a lock, nor makes a writer wait) every INTERVAL seconds when the WAL changed. The
+    sqlite3 module releases the GIL while SQLite works, so the event loop runs meanwhile.
+    Other processes (delivery workers, CLI commands) keep SQLite's automatic checkpoints.
+    The thread ends when its engine is disposed or garbage-collected.
+    """
+
+    INTERVAL = 0.1
+    RESTART_FRAMES = 10_000  # a WAL of more pages (~40 MB) is made to start over (see run)
+    LOCK_WAIT_S = 0.2
+
+    def __init__(self, engine: Engine, path: str) -> None:
+        import weakref
+
+        super().__init__(name="largesse-sqlite-checkpoint", daemon=True)
+        self.path = path
+        self.wal = path + "-wal"
+        self.stopped = threading.Event()
+        self._engine = weakref.ref(engine, lambda _ref: self.stopped.set())
+        self._lock = _writer_lock(engine)
+        self.checkpoints = self.restarts = 0  # how many ran (tests)
+        event.listen(engine, "engine_disposed", lambda _engine: self.stopped.set())
+
+    def run(self) -> None:
+        import logging
+        import os
+        import sqlite3
+
+        conn = None
+        seen = None
+        try:
+            while not self.stopped.wait(self.INTERVAL):
+                try:
+                    stat = os.stat(self.wal)
+                except OSError:
+                    continue
+                if (stat.st_mtime_ns, stat.st_size) == seen:
+                    continue
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                    _busy, frames, _done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.checkpoints += 1
+                    if frames > self.RESTART_FRAMES and self._lock.acquire(timeout=self.LOCK_WAIT_S):
+                        # Under a steady stream of commits a PASSIVE checkpoint never copies the
+                        # last frame (commits land during its fsync), so the WAL never starts
+                        # over and grows. Now and then the tail is copied while this process's
+                        # writers wait (db.write's lock; on the event loop they await, never
+                        # block): the WAL is then fully copied and the next writer starts it over.
+                        # Still PASSIVE: no wait for SQLite's write lock or for readers.
+                        try:
+                            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                        finally:
+                            self._lock.release()
+                        self.restarts += 1
+                        stat = os.stat(self.wal)
+                    seen = (stat.st_mtime_ns, stat.st_size)
+                except sqlite3.Error as exc:  # busy, or the file went away in a test: later
+                    logging.getLogger("largesse").debug("WAL checkpoint failed: %s", exc)
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 def _begin_or_yield(dbapi_connection, busy_ms: int) -> None:
