@@ -161,13 +161,14 @@ class SqliteCheckpointer(threading.Thread):
     """Checkpoints an SQLite database's WAL from a thread of its own, for the API's engine.
 
     SQLite's automatic checkpoint runs inside the COMMIT that pushes the WAL past 1,000 pages:
-    it copies the WAL into the database and fsyncs both, 5-100 ms on this machine's disk, which
-    on the API's event loop (web.run_db runs SQLite inline) stalled every request of the
-    process. Measured in-process: an order's COMMIT took 1.2 ms of wall time on average for
-    0.05 ms without checkpoints, and p99 21 ms (docs/benchmarks.md). Here the API's connections
-    never checkpoint (wal_autocheckpoint=0); this thread runs a PASSIVE checkpoint (it never
-    waits for a lock, nor makes a writer wait) every INTERVAL seconds when the WAL changed. The
-    sqlite3 module releases the GIL while SQLite works, so the event loop runs meanwhile.
+    it copies the WAL into the database and fsyncs both, 20-100 ms on this machine's disk,
+    which on the API's event loop (web.run_db runs SQLite inline) stalled every request of the
+    process. Measured in-process, 3,000 orders: 1.9 ms of wall time per order for 0.67 ms of CPU
+    (p99 21 ms, max 96 ms); with this thread 0.6-1.4 ms for 0.5-0.65 ms (p99 5-16 ms). Here the API's
+    connections never checkpoint (wal_autocheckpoint=0); this thread runs a PASSIVE checkpoint
+    (it waits for no lock and makes no writer wait) every INTERVAL seconds when the WAL
+    changed. The sqlite3 module releases the GIL while SQLite works, so the event loop runs
+    meanwhile. Past RESTART_FRAMES the WAL is made to start over (see run).
     Other processes (delivery workers, CLI commands) keep SQLite's automatic checkpoints.
     The thread ends when its engine is disposed or garbage-collected.
     """
