@@ -66,7 +66,7 @@ def serve(
         os.environ["LARGESSE_RUN_WORKER"] = "0"
         supervisor = DeliverySupervisor(settings).start()
     try:
-        uvicorn.run("largesse.app:create_app", factory=True, host=host, port=port, workers=workers,
+        uvicorn.run("largesse.app:create_served_app", factory=True, host=host, port=port, workers=workers,
                     log_config=logs.log_config(settings.log_format, settings.log_level),
                     log_level=settings.log_level.lower(), access_log=False, proxy_headers=True,
                     # SIGTERM: stop accepting, give requests in flight up to 30 s, then the lifespan

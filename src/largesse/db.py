@@ -67,10 +67,12 @@ def normalize_url(url: str) -> str:
 
 
 def make_engine(url: str, *, pool_size: int = 8, timeout: float | None = None,
-                statement_timeout: float | None = None) -> Engine:
+                statement_timeout: float | None = None, background_checkpoints: bool = False) -> Engine:
     """An engine; `timeout` (seconds) bounds every wait for the database: connecting, PostgreSQL
     row locks (lock_timeout), SQLite's busy wait and in-process writer lock, pool checkout.
-    `statement_timeout` (PostgreSQL) bounds one statement. None keeps the patient defaults."""
+    `statement_timeout` (PostgreSQL) bounds one statement. None keeps the patient defaults.
+    `background_checkpoints` (SQLite, the API's engine): the WAL is checkpointed by a thread of
+    this process, never inside a request's COMMIT (see SqliteCheckpointer)."""
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -88,7 +90,10 @@ def make_engine(url: str, *, pool_size: int = 8, timeout: float | None = None,
             pool_timeout=timeout or 30,
             connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
         )
-        _configure_sqlite(engine, busy_ms)
+        checkpoints = background_checkpoints and bool(database) and database != ":memory:"
+        _configure_sqlite(engine, busy_ms, autocheckpoint=not checkpoints)
+        if checkpoints:
+            SqliteCheckpointer(engine, database).start()
         _lock_timeouts[id(engine.pool)] = timeout if timeout else -1
         return engine
     connect_args: dict = {"connect_timeout": max(2, math.ceil(timeout)) if timeout else PG_CONNECT_TIMEOUT_S}
@@ -126,7 +131,7 @@ def _json_dumps(value) -> str:
     return orjson.dumps(value).decode()
 
 
-def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
+def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, *, autocheckpoint: bool = True) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection, _record):
         # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's own handling
@@ -137,6 +142,8 @@ def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> 
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+        if not autocheckpoint:
+            cursor.execute("PRAGMA wal_autocheckpoint=0")  # SqliteCheckpointer's thread does it
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -148,6 +155,79 @@ def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> 
             attempt.may_yield = False  # a write has begun: from here on, running fn again could repeat it
             return
         conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if write else 'DEFERRED'}")
+
+
+class SqliteCheckpointer(threading.Thread):
+    """Checkpoints an SQLite database's WAL from a thread of its own, for the API's engine.
+
+    SQLite's automatic checkpoint runs inside the COMMIT that pushes the WAL past 1,000 pages:
+    it copies the WAL into the database and fsyncs both, 20-100 ms on this machine's disk,
+    which on the API's event loop (web.run_db runs SQLite inline) stalled every request of the
+    process. Measured in-process, 3,000 orders: 1.9 ms of wall time per order for 0.67 ms of CPU
+    (p99 21 ms, max 96 ms); with this thread 0.6-1.4 ms for 0.5-0.65 ms (p99 5-16 ms). Here the API's
+    connections never checkpoint (wal_autocheckpoint=0); this thread runs a PASSIVE checkpoint
+    (it waits for no lock and makes no writer wait) every INTERVAL seconds when the WAL
+    changed. The sqlite3 module releases the GIL while SQLite works, so the event loop runs
+    meanwhile. Past RESTART_FRAMES the WAL is made to start over (see run).
+    Other processes (delivery workers, CLI commands) keep SQLite's automatic checkpoints.
+    The thread ends when its engine is disposed or garbage-collected.
+    """
+
+    INTERVAL = 0.1
+    RESTART_FRAMES = 10_000  # a WAL of more pages (~40 MB) is made to start over (see run)
+    LOCK_WAIT_S = 0.2
+
+    def __init__(self, engine: Engine, path: str) -> None:
+        import weakref
+
+        super().__init__(name="largesse-sqlite-checkpoint", daemon=True)
+        self.path = path
+        self.wal = path + "-wal"
+        self.stopped = threading.Event()
+        self._engine = weakref.ref(engine, lambda _ref: self.stopped.set())
+        self._lock = _writer_lock(engine)
+        self.checkpoints = self.restarts = 0  # how many ran (tests)
+        event.listen(engine, "engine_disposed", lambda _engine: self.stopped.set())
+
+    def run(self) -> None:
+        import logging
+        import os
+        import sqlite3
+
+        conn = None
+        seen = None
+        try:
+            while not self.stopped.wait(self.INTERVAL):
+                try:
+                    stat = os.stat(self.wal)
+                except OSError:
+                    continue
+                if (stat.st_mtime_ns, stat.st_size) == seen:
+                    continue
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                    _busy, frames, _done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.checkpoints += 1
+                    if frames > self.RESTART_FRAMES and self._lock.acquire(timeout=self.LOCK_WAIT_S):
+                        # Under a steady stream of commits a PASSIVE checkpoint never copies the
+                        # last frame (commits land during its fsync), so the WAL never starts
+                        # over and grows. Now and then the tail is copied while this process's
+                        # writers wait (db.write's lock; on the event loop they await, never
+                        # block): the WAL is then fully copied and the next writer starts it over.
+                        # Still PASSIVE: no wait for SQLite's write lock or for readers.
+                        try:
+                            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                        finally:
+                            self._lock.release()
+                        self.restarts += 1
+                        stat = os.stat(self.wal)
+                    seen = (stat.st_mtime_ns, stat.st_size)
+                except sqlite3.Error as exc:  # busy, or the file went away in a test: later
+                    logging.getLogger("largesse").debug("WAL checkpoint failed: %s", exc)
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 def _begin_or_yield(dbapi_connection, busy_ms: int) -> None:
@@ -359,3 +439,143 @@ def retrying(fn, *args, **kwargs):
             metrics.db_retry(reason)
             time.sleep(random.uniform(0.005, 0.025) * 2 ** attempt)
     raise AssertionError("unreachable")
+
+
+# --- hot statements: compiled once, executed on the driver's cursor ------------------------------
+
+class Prepared:
+    """A Core statement compiled once per dialect and executed on the DBAPI connection of the
+    caller's transaction: the request paths' hottest statements (POST /orders).
+
+    `conn.execute(statement)` costs about 0.05 ms of CPU per statement before the driver is
+    called (cache-key lookup, execution context, parameter construction, result metadata):
+    with ~8 statements an order, a quarter of the API's CPU per order (docs/benchmarks.md).
+    Prepared keeps the statement a SQLAlchemy construct (one definition; the dialect compiles
+    it, with the same bind processors: datetimes and JSON as SQLAlchemy stores them), but does
+    that work once: a call is the driver's execute, the parameters in the compiled order, and
+    rows as named tuples. Driver errors are wrapped and handled by the Connection as usual
+    (IntegrityError, disconnects invalidate the connection, `retrying`/`is_unavailable` see
+    SQLAlchemy's exceptions). psycopg still prepares a statement server-side after its
+    `prepare_threshold` executions, as under conn.execute.
+
+    What it does not do: no autobegin (the caller holds a transaction: db.write/db.read), no
+    cursor events or echo, no expanding (IN) parameters, and INSERT columns with a Python-side
+    default must be scalar defaults. An INSERT compiles per set of row keys.
+    """
+
+    __slots__ = ("statement", "_forms", "__weakref__")
+
+    def __init__(self, statement) -> None:
+        self.statement = statement
+        self._forms: dict = {}  # (dialect, row keys) -> _Form
+
+    def rows(self, conn: Connection, params: dict | None = None) -> list:
+        """The statement's rows (SELECT, or RETURNING) for one set of parameters."""
+        form = self._form(conn, params)
+        return form.run(conn, params or {})
+
+    def first(self, conn: Connection, params: dict | None = None):
+        rows = self.rows(conn, params)
+        return rows[0] if rows else None
+
+    def scalars(self, conn: Connection, params: dict | None = None) -> list:
+        return [row[0] for row in self.rows(conn, params)]
+
+    def execute_many(self, conn: Connection, rows: list[dict]) -> None:
+        """An INSERT (or UPDATE) for each of rows (dicts with the same keys), in one driver call."""
+        if not rows:
+            return
+        form = self._form(conn, rows[0])
+        if len(rows) == 1:
+            form.run(conn, rows[0])
+        else:
+            form.run_many(conn, rows)
+
+    def _form(self, conn: Connection, params: dict | None) -> _Form:
+        dialect = conn.dialect
+        keys = tuple(params) if params and getattr(self.statement, "is_insert", False) else None
+        form = self._forms.get((id(dialect), keys))
+        if form is None or form.dialect is not dialect:
+            form = self._forms[(id(dialect), keys)] = _Form(self.statement, dialect, keys)
+        return form
+
+
+class _Form:
+    """One compiled form of a Prepared statement (one dialect, one set of INSERT keys)."""
+
+    __slots__ = ("dialect", "sql", "names", "processors", "defaults", "positional", "row", "result_processors")
+
+    def __init__(self, statement, dialect, keys: tuple | None) -> None:
+        import collections
+
+        compiled = statement.compile(dialect=dialect, column_keys=list(keys) if keys is not None else None)
+        if compiled.literal_execute_params or compiled.post_compile_params:
+            raise ValueError("Prepared statements take no expanding (IN) parameters")
+        self.dialect = dialect
+        self.sql = compiled.string
+        self.positional = compiled.positional
+        self.names = list(compiled.positiontup) if compiled.positional else list(compiled.bind_names.values())
+        self.processors = [compiled._bind_processors.get(name) for name in self.names]
+        self.defaults = {}
+        for bind, name in compiled.bind_names.items():
+            if bind.callable is not None:
+                raise ValueError(f"Prepared statements take no callable parameters ({name})")
+            if not bind.required and bind.value is not None:
+                self.defaults[name] = bind.value
+        for column in getattr(compiled, "insert_prefetch", ()):
+            default = column.default
+            if default is None or not default.is_scalar:
+                raise ValueError(f"column {column.key} has a Python-side default that is not a scalar")
+            self.defaults[column.key] = default.arg
+        columns = compiled._result_columns  # empty for text(): its rows are plain tuples
+        self.row = collections.namedtuple("PreparedRow", [c[0] for c in columns], rename=True) if columns else None
+        if self.row is not None:
+            self.row._mapping = property(lambda row: dict(zip(row._fields, row, strict=True)))
+        procs = [c[3]._cached_result_processor(dialect, None) for c in columns]
+        self.result_processors = procs if any(procs) else None
+
+    def _values(self, params: dict):
+        defaults = self.defaults
+        values = []
+        for name, process in zip(self.names, self.processors, strict=True):
+            value = params[name] if name in params else defaults.get(name)
+            if process is not None and value is not None:
+                value = process(value)
+            values.append(value)
+        return tuple(values) if self.positional else dict(zip(self.names, values, strict=True))
+
+    def _make_rows(self, raw_rows) -> list:
+        if self.row is None:
+            return raw_rows
+        make, procs = self.row._make, self.result_processors
+        if procs is None:
+            return [make(r) for r in raw_rows]
+        return [make([p(v) if p is not None else v for p, v in zip(procs, r, strict=True)]) for r in raw_rows]
+
+    def run(self, conn: Connection, params: dict) -> list:
+        values = self._values(params)
+        dbapi_connection = conn.connection.driver_connection
+        cursor = None
+        try:
+            if not conn.in_transaction():
+                raise RuntimeError("Prepared statements run inside the caller's transaction")
+            cursor = dbapi_connection.cursor()
+            cursor.execute(self.sql, values)
+            rows = self._make_rows(cursor.fetchall()) if cursor.description is not None else []
+            cursor.close()
+            return rows
+        except self.dialect.loaded_dbapi.Error as exc:
+            conn._handle_dbapi_exception(exc, self.sql, values, cursor, None)
+
+    def run_many(self, conn: Connection, rows: list[dict]) -> None:
+        values = [self._values(r) for r in rows]
+        dbapi_connection = conn.connection.driver_connection
+        cursor = None
+        try:
+            if not conn.in_transaction():
+                raise RuntimeError("Prepared statements run inside the caller's transaction")
+            cursor = dbapi_connection.cursor()
+            cursor.executemany(self.sql, values)
+            cursor.close()
+        except self.dialect.loaded_dbapi.Error as exc:
+            conn._handle_dbapi_exception(exc, self.sql, values, cursor, None)

@@ -47,7 +47,7 @@ _IN_CURRENCY = select(funding_sources).where(
     funding_sources.c.currency_code == bindparam("currency"))
 _BY_ID = select(funding_sources).where(
     funding_sources.c.organization_id == bindparam("org"), funding_sources.c.id == bindparam("id"))
-_DEBIT = (
+_DEBIT = db.Prepared(
     update(funding_sources)
     .where(funding_sources.c.id == bindparam("fs_id"), funding_sources.c.available_cents >= bindparam("amount"))
     .values(available_cents=funding_sources.c.available_cents - bindparam("amount"))
@@ -59,7 +59,7 @@ _CREDIT = (
     .values(available_cents=funding_sources.c.available_cents + bindparam("amount"))
     .returning(funding_sources.c.available_cents)
 )
-_APPEND = ledger_entries.insert()
+_APPEND = db.Prepared(ledger_entries.insert())
 
 
 def resolve(conn: Connection, organization_id: str, funding_source_id: str, *, loc=("id",)):
@@ -148,7 +148,7 @@ def debit(conn: Connection, *, funding_source_id: str, organization_id: str, amo
     """
     if amount_cents < 0:
         raise ValueError("debit amount must be >= 0")
-    row = conn.execute(_DEBIT, {"fs_id": funding_source_id, "amount": amount_cents}).first()
+    row = _DEBIT.first(conn, {"fs_id": funding_source_id, "amount": amount_cents})
     if row is None:
         raise PaymentRequired(
             "Insufficient funds in the balance for this order",
@@ -181,11 +181,11 @@ def credit(conn: Connection, *, funding_source_id: str, organization_id: str, am
 
 def _append(conn, funding_source_id, organization_id, amount, balance_after, kind, memo, order_id, reward_id,
             reference=None):
-    conn.execute(_APPEND, {
+    _APPEND.execute_many(conn, [{
         "funding_source_id": funding_source_id, "organization_id": organization_id, "amount_cents": amount,
         "balance_after_cents": balance_after, "kind": kind, "memo": memo, "order_id": order_id,
         "reward_id": reward_id, "created_at": utcnow(), "reference": reference,
-    })
+    }])
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 import orjson
 from sqlalchemy import Connection, Table, text
 
+from largesse import db
 from largesse.delivery.models import jobs
 from largesse.errors import PaymentRequired
 from largesse.funding.models import ledger_entries
@@ -32,7 +33,7 @@ def _insert_from_json(name: str, table: Table, param: str, overrides: dict[str, 
             f"json_populate_recordset(NULL::{table.name}, CAST(:{param} AS json)) AS r)")
 
 
-_SQL = text(", ".join([
+_SQL = db.Prepared(text(", ".join([
     "WITH debit AS (UPDATE funding_sources SET available_cents = available_cents - :total, "
     "pending_cents = pending_cents + :pending "
     "WHERE id = :funding_source_id AND available_cents >= :total RETURNING available_cents)",
@@ -42,7 +43,7 @@ _SQL = text(", ".join([
     _insert_from_json("jb", jobs, "jobs"),
     _insert_from_json("tk", redemption_tokens, "tokens"),
     _insert_from_json("le", ledger_entries, "ledger", {"balance_after_cents": "debit.available_cents"}),
-]) + " SELECT available_cents FROM debit")
+]) + " SELECT available_cents FROM debit"))
 
 
 def _json(rows: list[dict]) -> str:
@@ -55,7 +56,7 @@ def write_order(conn: Connection, *, order: dict, reward_rows: list[dict], field
 
     ledger_row's balance_after_cents is filled in by the statement from the UPDATE's result.
     """
-    result = conn.execute(_SQL, {
+    result = _SQL.first(conn, {
         "total": order["total_cents"],
         # An order waiting for approval holds its total in pending_cents (orders/approvals.py).
         "pending": order["total_cents"] if order["status"] == "PENDING APPROVAL" else 0,
@@ -66,7 +67,7 @@ def write_order(conn: Connection, *, order: dict, reward_rows: list[dict], field
         "jobs": _json(job_rows),
         "tokens": _json(token_rows),
         "ledger": _json([ledger_row]),
-    }).first()
+    })
     if result is None:
         raise PaymentRequired("Insufficient funds in the balance for this order",
                               {"payment": {"funding_source_id": ["insufficient funds"]}})

@@ -94,7 +94,7 @@ def place_order(engine: Engine, *, settings: Settings, credentials: Credentials,
     """POST /orders: the order of the API key's organization."""
 
     def caller_of(conn: Connection):
-        context = conn.execute(_CONTEXT, {"key_hash": credentials.key_hash}).first()
+        context = _CONTEXT.first(conn, {"key_hash": credentials.key_hash})
         return context, auth.caller_from(context, credentials)
 
     return _place(engine, settings, body, caller_of, channel="API")
@@ -197,7 +197,7 @@ _ORDER_COLUMNS = (
 _BALANCE_JOIN = and_(_funding_sources.c.organization_id == _organizations.c.id,
                      _funding_sources.c.method == "balance",
                      _funding_sources.c.currency_code == _organizations.c.currency_code)
-_CONTEXT = (
+_CONTEXT = db.Prepared(
     select(*auth.CALLER_COLUMNS, *_ORDER_COLUMNS)
     .select_from(_api_keys)
     .join(_organizations, _organizations.c.id == _api_keys.c.organization_id)
@@ -227,18 +227,23 @@ def _member_caller(conn: Connection, organization_id: str):
         reward_expiry_days=context.reward_expiry_days, permission="read_write", key_id="")
 
 
+# The hot statements run through db.Prepared (compiled once, executed on the driver).
 _BY_EXTERNAL_ID = select(orders).where(
     orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
-_INSERT_ORDER = orders.insert()
-_INSERT_REWARDS = rewards.insert()
-_INSERT_FIELD_VALUES = reward_field_values.insert()
-_INSERT_JOBS = jobs.insert()
+_EXTERNAL_ID_USED = db.Prepared(select(orders.c.id).where(
+    orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id")))
+_INSERT_ORDER = db.Prepared(orders.insert())
+_INSERT_REWARDS = db.Prepared(rewards.insert())
+_INSERT_FIELD_VALUES = db.Prepared(reward_field_values.insert())
+_INSERT_JOBS = db.Prepared(jobs.insert())
 
 
 def _replay(conn: Connection, org: str, external_id: str, fingerprint: str):
-    existing = conn.execute(_BY_EXTERNAL_ID, {"org": org, "external_id": external_id}).first()
-    if existing is None:
+    params = {"org": org, "external_id": external_id}
+    # Most external_ids are new: one cheap probe; the whole row only for a replay.
+    if _EXTERNAL_ID_USED.first(conn, params) is None:
         return None
+    existing = conn.execute(_BY_EXTERNAL_ID, params).first()
     if existing.request_hash != fingerprint:
         raise Conflict(
             f"An order with external_id {external_id!r} already exists with different parameters",
@@ -436,12 +441,10 @@ def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | N
     order["request_hash"] = fingerprint if external_id is not None else None
     if conn.dialect.name == "postgresql":
         return _write_postgres(conn, plan, has_webhook=has_webhook)
-    conn.execute(_INSERT_ORDER, order)
-    conn.execute(_INSERT_REWARDS, plan.reward_rows)
-    if plan.field_rows:
-        conn.execute(_INSERT_FIELD_VALUES, plan.field_rows)
-    if plan.job_rows:
-        conn.execute(_INSERT_JOBS, plan.job_rows)
+    _INSERT_ORDER.execute_many(conn, [order])
+    _INSERT_REWARDS.execute_many(conn, plan.reward_rows)
+    _INSERT_FIELD_VALUES.execute_many(conn, plan.field_rows)
+    _INSERT_JOBS.execute_many(conn, plan.job_rows)
     links = tokens.issue_many(conn, plan.link_reward_ids)
     funding.debit(conn, funding_source_id=plan.funding_source_id, organization_id=order["organization_id"],
                   amount_cents=order["total_cents"], kind="order", order_id=order["id"])
