@@ -88,20 +88,20 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
                 return fn(*args, **kwargs)
             except db.WriteLockBusy:
                 pass
-    deadline = time.monotonic() + db.lock_wait_seconds(engine)
     while True:
         freed = busy.freed
-        if freed is not None:  # another request polls: wait until it got the lock
-            try:
-                await asyncio.wait_for(freed.wait(), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                _unavailable()
+        if freed is not None:  # another request polls: wait until it got the lock (or gave up)
+            await freed.wait()
             with db.event_loop_attempt():
                 try:
                     return fn(*args, **kwargs)
                 except db.WriteLockBusy:
                     continue
-        freed = busy.freed = asyncio.Event()  # this request polls
+        # This request polls. Its lock wait starts now, not when it arrived: a request queued
+        # behind others is not refused for their wait (only for another process holding the
+        # lock through a whole lock wait of its own).
+        freed = busy.freed = asyncio.Event()
+        deadline = time.monotonic() + db.lock_wait_seconds(engine)
         try:
             pause = 0.0005
             while True:
