@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from largesse import db
-from largesse.auth import CallerDep, parse_authorization
-from largesse.errors import NotFound
+from largesse import auth, db
+from largesse.auth import BearerDep, CallerDep, parse_authorization
+from largesse.errors import BadRequest, NotFound
 from largesse.orders import repository, service
 from largesse.orders.schemas import CreateOrderIn, OrderEnvelope, OrderList, RewardEnvelope, RewardList
 from largesse.web import (
@@ -95,19 +95,28 @@ async def get_order(order_id: str, caller: CallerDep, engine: EngineDep):
 
 
 @router.get("/rewards", response_model=RewardList)
-async def list_rewards(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def list_rewards(request: Request, credentials: BearerDep, engine: EngineDep, settings: SettingsDep):
     """Rewards, newest first. Every query parameter other than offset and limit is a custom
     field label whose value must match exactly; all given labels must match."""
-    offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", 100, low=1, high=500)
-    filters = [
-        (clean_text(k, "label", max_length=100), clean_text(v, k[:100], max_length=1000))
-        for k, v in request.query_params.multi_items() if k not in PAGINATION
-    ]
+    try:
+        offset = int_param(request, "offset", 0, low=0)
+        limit = int_param(request, "limit", 100, low=1, high=500)
+        filters = [
+            (clean_text(k, "label", max_length=100), clean_text(v, k[:100], max_length=1000))
+            for k, v in request.query_params.multi_items() if k not in PAGINATION
+        ]
+        problem = None
+    except BadRequest as exc:
+        problem = exc
     created_format = "spec" if settings.reward_list_timestamps == "spec" else "iso8601"
 
     def load():
         with db.read(engine) as conn:
+            # The key is verified in the page's transaction (one transaction per request, as
+            # POST /orders does); a bad key is still answered before a bad query parameter.
+            caller = auth.verify(conn, credentials)
+            if problem is not None:
+                raise problem
             rows, total = repository.search_rewards(conn, caller.organization_id, filters=filters, offset=offset,
                                                     limit=limit)
             return repository.rewards_to_wire(conn, rows, created_format=created_format), total
