@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import Connection, Integer, and_, bindparam, exists, func, literal, or_, select
 from sqlalchemy.orm import aliased
 
+from largesse import db
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.wire import REWARD_WIRE_COLUMNS, field_value_wire, order_to_wire, reward_wire, wire_values
 from largesse.redemption.models import payouts
@@ -161,6 +162,7 @@ def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]]
     the size of the table, and its plan needs no statistics. The statements are built once per
     number of labels.
     """
+    db.index_walks(conn)  # also for rewards_to_wire's lookups by reward ID in this transaction
     counts, page = _search_statements(len(filters), conn.dialect.name == "postgresql")
     params: dict = {"org": org, "offset": offset, "limit": limit}
     for i, (label, value) in enumerate(filters):
