@@ -151,18 +151,20 @@ def bounded_count(conn: Connection, counts: tuple, offset: int, params: dict) ->
     return offset + seen
 
 
-def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]], offset: int, limit: int):
-    """Rewards of the organization (rows of the REWARD_WIRE columns), newest first, and the
-    bounded total_count; with filters, those whose custom field values match every
-    (label, value) pair exactly.
+def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]], offset: int, limit: int,
+                   created_format: str = "iso8601") -> tuple[list[dict], int]:
+    """(the page's rewards in wire form, the bounded total_count): the organization's rewards
+    newest first; with filters, those whose custom field values match every (label, value)
+    pair exactly.
 
     The list walks ix_rewards_org_created_id backwards; a search walks the ix_rfv_search index
-    of its first pair in list order, probes the others by primary key and joins the rewards by
-    primary key, so either stops after offset + limit entries: its cost follows the page, not
-    the size of the table, and its plan needs no statistics. The statements are built once per
-    number of labels.
+    of its first pair in list order and probes the others by primary key; either stops after
+    offset + limit entries, so its cost follows the page, not the size of the table, and its
+    plan needs no statistics (db.index_walks). The page's rewards come with their custom field
+    values and redeemed products in the same statement. Statements are built once per number
+    of labels: three per page (count, page) including the one that sets up the walks.
     """
-    db.index_walks(conn)  # also for rewards_to_wire's lookups by reward ID in this transaction
+    db.index_walks(conn)
     counts, page = _search_statements(len(filters), conn.dialect.name == "postgresql")
     params: dict = {"org": org, "offset": offset, "limit": limit}
     for i, (label, value) in enumerate(filters):
@@ -170,7 +172,36 @@ def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]]
     total = bounded_count(conn, counts, offset, params)
     if total <= offset:
         return [], total
-    return conn.execute(page, params).all(), total
+    return _page_to_wire(conn.execute(page, params).all(), created_format == "spec"), total
+
+
+def _with_values(page):
+    """page (a select of the REWARD_WIRE columns, newest first, limited) as one row per reward
+    and custom field value (none: one row of NULLs), plus the redeemed product."""
+    p = page.subquery("page")
+    values = reward_field_values
+    return (
+        select(*p.c, values.c.field_id, values.c.label, values.c.value, payouts.c.product_id)
+        .select_from(
+            p.outerjoin(values, values.c.reward_id == p.c.id)
+            .outerjoin(payouts, and_(payouts.c.reward_id == p.c.id, p.c.status == "REDEEMED")))
+        .order_by(p.c.created_at.desc(), p.c.id.desc(), values.c.label, values.c.field_id)
+    )
+
+
+_N = len(REWARD_WIRE_COLUMNS)
+
+
+def _page_to_wire(rows, spec: bool) -> list[dict]:
+    out: list[dict] = []
+    last = fields = None
+    for row in rows:
+        if row[0] != last:
+            last, fields = row[0], []
+            out.append(reward_wire(row[:_N], fields, spec, None, row[_N + 3]))
+        if row[_N] is not None:
+            fields.append(field_value_wire(row[_N], row[_N + 2], row[_N + 1]))
+    return out
 
 
 _searches: dict[tuple[int, bool], tuple] = {}
@@ -210,6 +241,6 @@ def _search_statements(labels: int, postgresql: bool):
         matching = select(first.c.reward_id).where(*conditions)
         page = (select(*REWARD_WIRE).select_from(first).join(rewards, rewards.c.id == first.c.reward_id)
                 .where(*conditions).order_by(first.c.reward_created_at.desc(), first.c.reward_id.desc()))
-    page = page.offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer))
+    page = _with_values(page.offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
     built = _searches[(labels, postgresql)] = (count_statements(matching), page)
     return built
