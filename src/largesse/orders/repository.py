@@ -122,16 +122,16 @@ COUNT_HORIZON = 1_000
 
 
 def count_statements(matching) -> tuple:
-    """The statements bounded_count runs for `matching`, a select of the matches' IDs whose
-    values are bound parameters: built once per kind of list (built per request, they cost
-    more CPU than the count itself)."""
+    """bounded_count's statements for `matching`, a select of the matches' IDs whose values are
+    bound parameters: (the count of the window past the offset, the count capped at the offset).
+    Built once per kind of list: built per request, they cost more CPU than the count itself."""
     window = (matching.offset(bindparam("count_offset", type_=Integer))
               .limit(bindparam("count_window", type_=Integer)).subquery())
     capped = matching.limit(bindparam("count_limit", type_=Integer)).subquery()
     return select(func.count()).select_from(window), select(func.count()).select_from(capped)
 
 
-def bounded_count(conn: Connection, counts: tuple, offset: int, params: dict) -> int:
+def bounded_count(conn: Connection, counts: tuple, offset: int, params: dict, seen: int | None = None) -> int:
     """total_count of a page at `offset`, at a cost bounded by COUNT_HORIZON, not by the matches.
 
     Exact when the matches end within COUNT_HORIZON rows past `offset` (every list of up to
@@ -141,14 +141,21 @@ def bounded_count(conn: Connection, counts: tuple, offset: int, params: dict) ->
     stops at the horizon instead of walking every match (10 % of a million rewards for a
     common label), which kept a page's cost flat with the table's size.
 
-    `counts` comes from count_statements(matching), `params` binds matching's parameters.
+    `counts` comes from count_statements(matching), `params` binds matching's parameters (and
+    count_params(offset)'s); `seen`, the window's count when the caller's page statement
+    carried it already.
     """
     window, capped = counts
-    seen = conn.execute(window, {**params, "count_offset": offset, "count_window": COUNT_HORIZON + 1}).scalar_one()
+    if seen is None:
+        seen = conn.execute(window, params).scalar_one()
     if seen == 0 and offset:
         # Past the end: the exact total is below offset; one count, bounded by offset itself.
         return conn.execute(capped, {**params, "count_limit": offset}).scalar_one()
     return offset + seen
+
+
+def count_params(offset: int) -> dict:
+    return {"count_offset": offset, "count_window": COUNT_HORIZON + 1}
 
 
 def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]], offset: int, limit: int,
@@ -160,28 +167,30 @@ def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]]
     The list walks ix_rewards_org_created_id backwards; a search walks the ix_rfv_search index
     of its first pair in list order and probes the others by primary key; either stops after
     offset + limit entries, so its cost follows the page, not the size of the table, and its
-    plan needs no statistics (db.index_walks). The page's rewards come with their custom field
-    values and redeemed products in the same statement. Statements are built once per number
-    of labels: three per page (count, page) including the one that sets up the walks.
+    plan needs no statistics (db.index_walks). One statement answers the page: its rewards,
+    their custom field values and redeemed products, and the count of the matches past the
+    offset (bounded_count); a page past the end counts once more. The statements are built
+    once per number of labels.
     """
     db.index_walks(conn)
     counts, page = _search_statements(len(filters), conn.dialect.name == "postgresql")
-    params: dict = {"org": org, "offset": offset, "limit": limit}
+    params: dict = {"org": org, "offset": offset, "limit": limit, **count_params(offset)}
     for i, (label, value) in enumerate(filters):
         params[f"label{i}"], params[f"value{i}"] = label, value
-    total = bounded_count(conn, counts, offset, params)
-    if total <= offset:
-        return [], total
-    return _page_to_wire(conn.execute(page, params).all(), created_format == "spec"), total
+    rows = conn.execute(page, params).all()
+    total = bounded_count(conn, counts, offset, params, seen=rows[0][-1] if rows else 0)
+    return _page_to_wire(rows, created_format == "spec"), total
 
 
-def _with_values(page):
+def _with_values(page, window_count):
     """page (a select of the REWARD_WIRE columns, newest first, limited) as one row per reward
-    and custom field value (none: one row of NULLs), plus the redeemed product."""
+    and custom field value (none: one row of NULLs), plus the redeemed product and the count of
+    bounded_count's window (an uncorrelated subquery: evaluated once)."""
     p = page.subquery("page")
     values = reward_field_values
     return (
-        select(*p.c, values.c.field_id, values.c.label, values.c.value, payouts.c.product_id)
+        select(*p.c, values.c.field_id, values.c.label, values.c.value, payouts.c.product_id,
+               window_count.scalar_subquery())
         .select_from(
             p.outerjoin(values, values.c.reward_id == p.c.id)
             .outerjoin(payouts, and_(payouts.c.reward_id == p.c.id, p.c.status == "REDEEMED")))
@@ -208,7 +217,7 @@ _searches: dict[tuple[int, bool], tuple] = {}
 
 
 def _search_statements(labels: int, postgresql: bool):
-    """(bounded_count's statements, the page's rewards) for a search of `labels` (label, value) pairs."""
+    """(bounded_count's statements, the page's statement) for a search of `labels` (label, value) pairs."""
     built = _searches.get((labels, postgresql))
     if built is not None:
         return built
@@ -241,6 +250,8 @@ def _search_statements(labels: int, postgresql: bool):
         matching = select(first.c.reward_id).where(*conditions)
         page = (select(*REWARD_WIRE).select_from(first).join(rewards, rewards.c.id == first.c.reward_id)
                 .where(*conditions).order_by(first.c.reward_created_at.desc(), first.c.reward_id.desc()))
-    page = _with_values(page.offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
-    built = _searches[(labels, postgresql)] = (count_statements(matching), page)
+    counts = count_statements(matching)
+    page = _with_values(page.offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)),
+                        counts[0])
+    built = _searches[(labels, postgresql)] = (counts, page)
     return built
