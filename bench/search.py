@@ -166,11 +166,11 @@ def explain(url: str, org: common.BenchOrg) -> list[str]:
         with db.read(engine) as conn:
             event.listen(engine, "before_cursor_execute", capture)
             repository.search_rewards(conn, org.organization_id, filters=[("Department", "Sales")], offset=0,
-                                      limit=100)
+                                      limit=100)  # sets db.index_walks for the EXPLAINs below too
             event.remove(engine, "before_cursor_execute", capture)
             sqlite = db.is_sqlite(engine)
             for statement, params in captured:
-                what = "count" if "count(" in statement.lower() else "page"
+                what = "page" if "join" in statement.lower() else "count"
                 prefix = "EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN "
                 rows = conn.exec_driver_sql(prefix + statement, params).all()
                 plan = [f"{'  ' * 0}{r[-1]}" for r in rows]

@@ -373,6 +373,23 @@ def read(engine: Engine) -> Iterator[Connection]:
             yield conn
 
 
+def index_walks(conn: Connection) -> None:
+    """For the rest of this transaction, have PostgreSQL walk indexes rather than scan tables.
+
+    For paged reads whose good plan is an index walk that stops after offset + limit entries
+    (or a handful of primary-key lookups) whatever the data: without statistics (a table
+    bulk-loaded before autovacuum's first ANALYZE) the planner takes it for a few pages and
+    sorts or seq-scans it instead: 45-200 ms for a page of GET /rewards at 100,000 rewards
+    (docs/benchmarks.md), growing with the table. One statement; nothing on SQLite, whose
+    planner always walks these indexes.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(_INDEX_WALKS)
+
+
+_INDEX_WALKS = "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)"
+
+
 # --- failures: which ones mean "unavailable", which ones a transaction may be re-run after ----
 
 RETRY_SQLSTATES = {"40001": "serialization_failure", "40P01": "deadlock"}

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from largesse import db
+from largesse import auth, db
 from largesse.auth import CallerDep, parse_authorization
-from largesse.errors import NotFound
+from largesse.errors import BadRequest, NotFound
 from largesse.orders import repository, service
 from largesse.orders.schemas import CreateOrderIn, OrderEnvelope, OrderList, RewardEnvelope, RewardList
 from largesse.web import (
     EngineDep,
-    SettingsDep,
     clean_text,
     int_param,
     json_body_doc,
@@ -95,22 +94,33 @@ async def get_order(order_id: str, caller: CallerDep, engine: EngineDep):
 
 
 @router.get("/rewards", response_model=RewardList)
-async def list_rewards(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+async def list_rewards(request: Request):
     """Rewards, newest first. Every query parameter other than offset and limit is a custom
     field label whose value must match exactly; all given labels must match."""
-    offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", 100, low=1, high=500)
-    filters = [
-        (clean_text(k, "label", max_length=100), clean_text(v, k[:100], max_length=1000))
-        for k, v in request.query_params.multi_items() if k not in PAGINATION
-    ]
+    # A list page reads its own request, as POST /orders does: FastAPI solves no dependencies.
+    credentials = await auth.bearer(request)
+    engine, settings = request.app.state.engine, request.app.state.settings
+    try:
+        offset = int_param(request, "offset", 0, low=0)
+        limit = int_param(request, "limit", 100, low=1, high=500)
+        filters = [
+            (clean_text(k, "label", max_length=100), clean_text(v, k[:100], max_length=1000))
+            for k, v in request.query_params.multi_items() if k not in PAGINATION
+        ]
+        problem = None
+    except BadRequest as exc:
+        problem = exc
     created_format = "spec" if settings.reward_list_timestamps == "spec" else "iso8601"
 
     def load():
         with db.read(engine) as conn:
-            rows, total = repository.search_rewards(conn, caller.organization_id, filters=filters, offset=offset,
-                                                    limit=limit)
-            return repository.rewards_to_wire(conn, rows, created_format=created_format), total
+            # The key is verified in the page's transaction (one transaction per request, as
+            # POST /orders does); a bad key is still answered before a bad query parameter.
+            caller = auth.verify(conn, credentials)
+            if problem is not None:
+                raise problem
+            return repository.search_rewards(conn, caller.organization_id, filters=filters, offset=offset,
+                                             limit=limit, created_format=created_format)
 
     wire, total = await run_db(engine, db.retrying, load)
     return json_response({"rewards": wire, "total_count": total})

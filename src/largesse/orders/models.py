@@ -85,7 +85,7 @@ rewards = Table(
     # Converted orders only: denomination + fee in the balance's currency, what a refund gives back.
     Column("charged_cents", BigInteger, nullable=True),
     Index("ix_rewards_order", "order_id"),
-    Index("ix_rewards_org_created", "organization_id", "created_at"),
+    Index("ix_rewards_org_created_id", "organization_id", "created_at", "id"),  # lists: newest first
     Index("ix_rewards_org_status_created", "organization_id", "status", "created_at"),  # dashboard lists
     Index("ix_rewards_expiry", "status", "expires_at"),
 )

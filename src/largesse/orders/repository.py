@@ -5,25 +5,43 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, exists, func, literal, or_, select
+from sqlalchemy import Connection, Integer, and_, bindparam, exists, func, literal, or_, select
 from sqlalchemy.orm import aliased
 
+from largesse import db
 from largesse.orders.models import orders, reward_field_values, rewards
-from largesse.orders.wire import field_value_to_wire, order_to_wire, reward_to_wire
+from largesse.orders.wire import REWARD_WIRE_COLUMNS, field_value_wire, order_to_wire, reward_wire, wire_values
 from largesse.redemption.models import payouts
+
+# Built once (SQLAlchemy memoizes a statement's cache key on the object): a page sends these
+# with its reward IDs, one statement for the page's field values and one for its payouts.
+_FIELD_VALUES = (
+    select(reward_field_values.c.reward_id, reward_field_values.c.field_id, reward_field_values.c.label,
+           reward_field_values.c.value)
+    .where(reward_field_values.c.reward_id.in_(bindparam("ids", expanding=True)))
+    .order_by(reward_field_values.c.label, reward_field_values.c.field_id)
+)
+_REDEEMED_PRODUCTS = (
+    select(payouts.c.reward_id, payouts.c.product_id).where(payouts.c.reward_id.in_(bindparam("ids", expanding=True)))
+)
+
+# The columns of rewards the wire form reads (wire.REWARD_WIRE_COLUMNS, in order): what list
+# queries select, so that their rows feed wire.reward_wire positionally.
+REWARD_WIRE = tuple(rewards.c[name] for name in REWARD_WIRE_COLUMNS)
+
+_ORDERS_REWARDS = (
+    select(*REWARD_WIRE).where(rewards.c.order_id.in_(bindparam("ids", expanding=True)))
+    .order_by(rewards.c.created_at, rewards.c.id)
+)
 
 
 def field_values_for(conn: Connection, reward_ids: list[str]) -> dict[str, list[dict]]:
+    """{reward_id: its custom field values in wire form, by label}: one query."""
     out: dict[str, list[dict]] = defaultdict(list)
     if not reward_ids:
         return out
-    for row in conn.execute(
-        select(reward_field_values.c.reward_id, reward_field_values.c.field_id, reward_field_values.c.label,
-               reward_field_values.c.value)
-        .where(reward_field_values.c.reward_id.in_(reward_ids))
-        .order_by(reward_field_values.c.label)
-    ):
-        out[row.reward_id].append(field_value_to_wire(row))
+    for reward_id, field_id, label, value in conn.execute(_FIELD_VALUES, {"ids": reward_ids}).all():
+        out[reward_id].append(field_value_wire(field_id, value, label))
     return out
 
 
@@ -32,25 +50,27 @@ def redeemed_products_for(conn: Connection, rows) -> dict[str, str]:
     redeemed = [r.id for r in rows if r.status == "REDEEMED"]
     if not redeemed:
         return {}
-    return dict(conn.execute(
-        select(payouts.c.reward_id, payouts.c.product_id).where(payouts.c.reward_id.in_(redeemed))
-    ).all())
+    return dict(conn.execute(_REDEEMED_PRODUCTS, {"ids": redeemed}).all())
 
 
 def rewards_to_wire(conn: Connection, rows, *, created_format: str = "iso8601") -> list[dict]:
+    """Rewards in wire form from rows of any query selecting the REWARD_WIRE columns (by name;
+    rows of exactly those columns, in order, are read positionally): two queries at most."""
+    if not rows:
+        return []
     values = field_values_for(conn, [r.id for r in rows])
     chosen = redeemed_products_for(conn, rows)
-    return [reward_to_wire(r, values.get(r.id, []), created_format=created_format,
-                           redeemed_product_id=chosen.get(r.id)) for r in rows]
+    spec = created_format == "spec"
+    exact = rows[0]._fields == REWARD_WIRE_COLUMNS
+    return [reward_wire(r if exact else wire_values(r), values.get(r.id, []), spec, None,
+                        chosen.get(r.id)) for r in rows]
 
 
 def orders_to_wire(conn: Connection, order_rows) -> list[dict]:
     ids = [o.id for o in order_rows]
     if not ids:
         return []
-    reward_rows = conn.execute(
-        select(rewards).where(rewards.c.order_id.in_(ids)).order_by(rewards.c.created_at, rewards.c.id)
-    ).all()
+    reward_rows = conn.execute(_ORDERS_REWARDS, {"ids": ids}).all()
     wire = rewards_to_wire(conn, reward_rows)
     by_order: dict[str, list[dict]] = defaultdict(list)
     for row, reward in zip(reward_rows, wire, strict=True):
@@ -101,7 +121,17 @@ def get_reward(conn: Connection, org: str, reward_id: str):
 COUNT_HORIZON = 1_000
 
 
-def bounded_count(conn: Connection, matching, offset: int) -> int:
+def count_statements(matching) -> tuple:
+    """bounded_count's statements for `matching`, a select of the matches' IDs whose values are
+    bound parameters: (the count of the window past the offset, the count capped at the offset).
+    Built once per kind of list: built per request, they cost more CPU than the count itself."""
+    window = (matching.offset(bindparam("count_offset", type_=Integer))
+              .limit(bindparam("count_window", type_=Integer)).subquery())
+    capped = matching.limit(bindparam("count_limit", type_=Integer)).subquery()
+    return select(func.count()).select_from(window), select(func.count()).select_from(capped)
+
+
+def bounded_count(conn: Connection, counts: tuple, offset: int, params: dict, seen: int | None = None) -> int:
     """total_count of a page at `offset`, at a cost bounded by COUNT_HORIZON, not by the matches.
 
     Exact when the matches end within COUNT_HORIZON rows past `offset` (every list of up to
@@ -110,54 +140,118 @@ def bounded_count(conn: Connection, matching, offset: int) -> int:
     until offset >= total_count reaches the end, and it grows as the client pages on. Counting
     stops at the horizon instead of walking every match (10 % of a million rewards for a
     common label), which kept a page's cost flat with the table's size.
+
+    `counts` comes from count_statements(matching), `params` binds matching's parameters (and
+    count_params(offset)'s); `seen`, the window's count when the caller's page statement
+    carried it already.
     """
-    window = matching.offset(offset).limit(COUNT_HORIZON + 1).subquery()
-    seen = conn.execute(select(func.count()).select_from(window)).scalar_one()
+    window, capped = counts
+    if seen is None:
+        seen = conn.execute(window, params).scalar_one()
     if seen == 0 and offset:
         # Past the end: the exact total is below offset; one count, bounded by offset itself.
-        capped = matching.limit(offset).subquery()
-        return conn.execute(select(func.count()).select_from(capped)).scalar_one()
+        return conn.execute(capped, {**params, "count_limit": offset}).scalar_one()
     return offset + seen
 
 
-def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]], offset: int, limit: int):
-    """Rewards of the organization, newest first; with filters, those whose custom field
-    values match every (label, value) pair exactly.
+def count_params(offset: int) -> dict:
+    return {"count_offset": offset, "count_window": COUNT_HORIZON + 1}
 
-    A search walks the ix_rfv_search index of its first pair in list order and probes the
-    others by primary key, so its cost follows the page, not the size of the table.
+
+def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]], offset: int, limit: int,
+                   created_format: str = "iso8601") -> tuple[list[dict], int]:
+    """(the page's rewards in wire form, the bounded total_count): the organization's rewards
+    newest first; with filters, those whose custom field values match every (label, value)
+    pair exactly.
+
+    The list walks ix_rewards_org_created_id backwards; a search walks the ix_rfv_search index
+    of its first pair in list order and probes the others by primary key; either stops after
+    offset + limit entries, so its cost follows the page, not the size of the table, and its
+    plan needs no statistics (db.index_walks). One statement answers the page: its rewards,
+    their custom field values and redeemed products, and the count of the matches past the
+    offset (bounded_count); a page past the end counts once more. The statements are built
+    once per number of labels.
     """
-    if not filters:
-        where = rewards.c.organization_id == org
-        total = bounded_count(conn, select(rewards.c.id).where(where), offset)
-        rows = conn.execute(
-            select(rewards).where(where).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
-            .offset(offset).limit(limit)
-        ).all()
-        return rows, total
-    first = reward_field_values
-    (label, value), rest = filters[0], filters[1:]
-    conditions = [first.c.organization_id == org, first.c.label == label, first.c.value == value]
-    for other_label, other_value in rest:
-        # Every column of ix_rfv_search is pinned (reward_created_at is copied identically
-        # into each of a reward's rows), so each probe is one index-only point lookup.
-        other = aliased(reward_field_values)
-        # OFFSET 0 keeps PostgreSQL from turning the EXISTS into a semi join: evaluated per row,
-        # the probe is an index lookup on every column whatever the statistics say. Without
-        # statistics (right after a bulk load) the semi join scanned every value of the label
-        # per row: 1.4 s instead of milliseconds at 10,000 rewards.
-        conditions.append(exists(
-            select(literal(1)).where(
-                other.c.organization_id == org, other.c.label == other_label, other.c.value == other_value,
+    db.index_walks(conn)
+    counts, page = _search_statements(len(filters), conn.dialect.name == "postgresql")
+    params: dict = {"org": org, "offset": offset, "limit": limit, **count_params(offset)}
+    for i, (label, value) in enumerate(filters):
+        params[f"label{i}"], params[f"value{i}"] = label, value
+    rows = conn.execute(page, params).all()
+    total = bounded_count(conn, counts, offset, params, seen=rows[0][-1] if rows else 0)
+    return _page_to_wire(rows, created_format == "spec"), total
+
+
+def _with_values(page, window_count):
+    """page (a select of the REWARD_WIRE columns, newest first, limited) as one row per reward
+    and custom field value (none: one row of NULLs), plus the redeemed product and the count of
+    bounded_count's window (an uncorrelated subquery: evaluated once)."""
+    p = page.subquery("page")
+    values = reward_field_values
+    return (
+        select(*p.c, values.c.field_id, values.c.label, values.c.value, payouts.c.product_id,
+               window_count.scalar_subquery())
+        .select_from(
+            p.outerjoin(values, values.c.reward_id == p.c.id)
+            .outerjoin(payouts, and_(payouts.c.reward_id == p.c.id, p.c.status == "REDEEMED")))
+        .order_by(p.c.created_at.desc(), p.c.id.desc(), values.c.label, values.c.field_id)
+    )
+
+
+_N = len(REWARD_WIRE_COLUMNS)
+
+
+def _page_to_wire(rows, spec: bool) -> list[dict]:
+    out: list[dict] = []
+    last = fields = None
+    for row in rows:
+        if row[0] != last:
+            last, fields = row[0], []
+            out.append(reward_wire(row[:_N], fields, spec, None, row[_N + 3]))
+        if row[_N] is not None:
+            fields.append(field_value_wire(row[_N], row[_N + 2], row[_N + 1]))
+    return out
+
+
+_searches: dict[tuple[int, bool], tuple] = {}
+
+
+def _search_statements(labels: int, postgresql: bool):
+    """(bounded_count's statements, the page's statement) for a search of `labels` (label, value) pairs."""
+    built = _searches.get((labels, postgresql))
+    if built is not None:
+        return built
+    org = bindparam("org")
+    if not labels:
+        matching = select(rewards.c.id).where(rewards.c.organization_id == org)
+        page = (select(*REWARD_WIRE).where(rewards.c.organization_id == org)
+                .order_by(rewards.c.created_at.desc(), rewards.c.id.desc()))
+    else:
+        first = aliased(reward_field_values, name="first")
+        conditions = [first.c.organization_id == org, first.c.label == bindparam("label0"),
+                      first.c.value == bindparam("value0")]
+        for i in range(1, labels):
+            # Every column of ix_rfv_search is pinned (reward_created_at is copied identically
+            # into each of a reward's rows), so each probe is one index-only point lookup.
+            other = aliased(reward_field_values, name=f"other{i}")
+            probe = select(literal(1)).where(
+                other.c.organization_id == org, other.c.label == bindparam(f"label{i}"),
+                other.c.value == bindparam(f"value{i}"),
                 other.c.reward_created_at == first.c.reward_created_at, other.c.reward_id == first.c.reward_id,
-            ).offset(0)
-        ))
-    matching = select(first.c.reward_id).where(*conditions)
-    total = bounded_count(conn, matching, offset)
-    ids = list(conn.execute(
-        matching.order_by(first.c.reward_created_at.desc(), first.c.reward_id.desc()).offset(offset).limit(limit)
-    ).scalars())
-    if not ids:
-        return [], total
-    by_id = {r.id: r for r in conn.execute(select(rewards).where(rewards.c.id.in_(ids))).all()}
-    return [by_id[i] for i in ids if i in by_id], total
+            )
+            if postgresql:
+                # OFFSET 0 keeps PostgreSQL from turning the EXISTS into a semi join: evaluated per row,
+                # the probe is an index lookup on every column whatever the statistics say. Without
+                # statistics (right after a bulk load) the semi join scanned every value of the label
+                # per row: 1.4 s instead of milliseconds at 10,000 rewards. SQLite always probes per
+                # row, and an OFFSET makes its probe a third slower.
+                probe = probe.offset(0)
+            conditions.append(exists(probe))
+        matching = select(first.c.reward_id).where(*conditions)
+        page = (select(*REWARD_WIRE).select_from(first).join(rewards, rewards.c.id == first.c.reward_id)
+                .where(*conditions).order_by(first.c.reward_created_at.desc(), first.c.reward_id.desc()))
+    counts = count_statements(matching)
+    page = _with_values(page.offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)),
+                        counts[0])
+    built = _searches[(labels, postgresql)] = (counts, page)
+    return built

@@ -2,7 +2,7 @@
 database in pages and stored in report_chunks, in bounded memory whatever the row count.
 
 Rows are read PAGE at a time by keyset pagination on (created_at, id) (the index
-ix_rewards_org_created), each page in a short read transaction; the CSV text goes into a
+ix_rewards_org_created_id), each page in a short read transaction; the CSV text goes into a
 buffer that is written out as one chunk row (about CHUNK_CHARS) in a short write transaction
 whenever it fills. Nothing holds more than one page and one chunk, so memory does not grow
 with the report (docs/reports.md has the measured figures). Each run writes its chunks under
