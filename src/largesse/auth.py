@@ -173,6 +173,3 @@ async def refusal(request: Request) -> ApiError | None:
 
 
 CallerDep = Annotated[Caller, Depends(current_caller)]
-# The well-formed key of a request whose endpoint verifies it in its own transaction (verify):
-# a transaction, and on PostgreSQL a thread hop, fewer than CallerDep.
-BearerDep = Annotated[Credentials, Depends(bearer)]
