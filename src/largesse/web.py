@@ -88,20 +88,26 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
                 return fn(*args, **kwargs)
             except db.WriteLockBusy:
                 pass
+    wait = db.lock_wait_seconds(engine)
+    # A 503 means the lock was held elsewhere through a whole lock wait with no progress here:
+    # the wait restarts whenever a request of this process got the lock meanwhile, so queueing
+    # behind busy peers is never refused, and a lock stuck in another process is (after one wait).
+    deadline = time.monotonic() + wait
     while True:
-        freed = busy.freed
-        if freed is not None:  # another request polls: wait until it got the lock (or gave up)
-            await freed.wait()
+        poll = busy.freed
+        if poll is not None:  # another request polls: wait until it got the lock (or gave up)
+            try:
+                await asyncio.wait_for(poll.done.wait(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                _unavailable()
+            if not poll.gave_up:
+                deadline = time.monotonic() + wait
             with db.event_loop_attempt():
                 try:
                     return fn(*args, **kwargs)
                 except db.WriteLockBusy:
                     continue
-        # This request polls. Its lock wait starts now, not when it arrived: a request queued
-        # behind others is not refused for their wait (only for another process holding the
-        # lock through a whole lock wait of its own).
-        freed = busy.freed = asyncio.Event()
-        deadline = time.monotonic() + db.lock_wait_seconds(engine)
+        poll = busy.freed = _Poll()  # this request polls
         try:
             pause = 0.0005
             while True:
@@ -111,12 +117,23 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
                     except db.WriteLockBusy:
                         pass
                 if time.monotonic() > deadline:
+                    poll.gave_up = True
                     _unavailable()
                 await asyncio.sleep(pause)
                 pause = min(0.004, pause * 2)
         finally:
             busy.freed = None
-            freed.set()  # the waiters run now (or one of them polls in turn)
+            poll.done.set()  # the waiters run now (or one of them polls in turn)
+
+
+class _Poll:
+    """One request polling SQLite's write lock; the others wait for `done`."""
+
+    __slots__ = ("done", "gave_up")
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.gave_up = False  # it answered 503: no progress was made
 
 
 def _unavailable():
@@ -129,7 +146,7 @@ class _BusyState:
     __slots__ = ("freed",)
 
     def __init__(self) -> None:
-        self.freed: asyncio.Event | None = None  # set while a request polls SQLite's write lock
+        self.freed: _Poll | None = None  # set while a request polls SQLite's write lock
 
 
 _busy_states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
