@@ -96,16 +96,17 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
     while True:
         poll = busy.freed
         if poll is not None:  # another request polls: wait until it got the lock (or gave up)
-            try:
-                await asyncio.wait_for(poll.done.wait(), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                _unavailable()
+            # No timeout of its own (asyncio.wait_for costs a task per waiter): the poller's
+            # wait is never longer than one lock wait, and this request's is checked below.
+            await poll.done.wait()
             if not poll.gave_up:
                 deadline = time.monotonic() + wait
             with db.event_loop_attempt():
                 try:
                     return fn(*args, **kwargs)
                 except db.WriteLockBusy:
+                    if time.monotonic() > deadline:
+                        _unavailable()
                     continue
         poll = busy.freed = _Poll()  # this request polls
         try:
