@@ -52,6 +52,13 @@ def is_at_head(engine: Engine) -> bool:
     return versions == [head]
 
 
+def alembic_head() -> str:
+    """The head as Alembic computes it (loads every script)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
 def alembic_config(url: str | None = None):
     from alembic.config import Config
 

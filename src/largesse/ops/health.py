@@ -21,11 +21,9 @@ UNFINISHED = ("queued", "running", "dead")
 @functools.cache
 def migration_head() -> str:
     """The newest revision among the shipped migrations (read once per process)."""
-    from alembic.script import ScriptDirectory
+    from largesse.migrate import alembic_head, shipped_head
 
-    from largesse.migrate import alembic_config
-
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return shipped_head() or alembic_head()
 
 
 def schema_revision(conn: Connection) -> str | None:
