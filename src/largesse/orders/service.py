@@ -228,10 +228,9 @@ def _member_caller(conn: Connection, organization_id: str):
 
 
 # The hot statements run through db.Prepared (compiled once, executed on the driver).
-_BY_EXTERNAL_ID = select(orders).where(
-    orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
-_EXTERNAL_ID_USED = db.Prepared(select(orders.c.id).where(
-    orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id")))
+_EXTERNAL_ID_IS = and_(orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
+_BY_EXTERNAL_ID = select(orders).where(_EXTERNAL_ID_IS)
+_EXTERNAL_ID_USED = db.Prepared(select(orders.c.id).where(_EXTERNAL_ID_IS))
 _INSERT_ORDER = db.Prepared(orders.insert())
 _INSERT_REWARDS = db.Prepared(rewards.insert())
 _INSERT_FIELD_VALUES = db.Prepared(reward_field_values.insert())
