@@ -83,11 +83,9 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
 
     busy = _busy_state()
     if busy.freed is None:
-        with db.event_loop_attempt():
-            try:
-                return fn(*args, **kwargs)
-            except db.WriteLockBusy:
-                pass
+        result = _inline(fn, args, kwargs)
+        if result is not _BUSY:
+            return result
     wait = db.lock_wait_seconds(engine)
     # A 503 means the lock was held elsewhere through a whole lock wait with no progress here:
     # the wait restarts whenever a request of this process got the lock meanwhile, so queueing
@@ -101,30 +99,40 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
             await poll.done.wait()
             if not poll.gave_up:
                 deadline = time.monotonic() + wait
-            with db.event_loop_attempt():
-                try:
-                    return fn(*args, **kwargs)
-                except db.WriteLockBusy:
-                    if time.monotonic() > deadline:
-                        _unavailable()
-                    continue
+            result = _inline(fn, args, kwargs)
+            if result is not _BUSY:
+                return result
+            if time.monotonic() > deadline:
+                _unavailable()
+            continue
         poll = busy.freed = _Poll()  # this request polls
         try:
             pause = 0.0005
-            while True:
-                with db.event_loop_attempt():
-                    try:
-                        return fn(*args, **kwargs)
-                    except db.WriteLockBusy:
-                        pass
+            while (result := _inline(fn, args, kwargs)) is _BUSY:
                 if time.monotonic() > deadline:
                     poll.gave_up = True
                     _unavailable()
                 await asyncio.sleep(pause)
                 pause = min(0.004, pause * 2)
+            return result
         finally:
             busy.freed = None
             poll.done.set()  # the waiters run now (or one of them polls in turn)
+
+
+_BUSY = object()  # _inline's answer when SQLite's write lock is held elsewhere
+
+
+def _inline(fn: Callable[..., T], args: tuple, kwargs: dict):
+    """One run of fn on the event loop (db.EventLoopAttempt), or _BUSY if it could not take the
+    write lock (nothing was written: the run may be repeated)."""
+    from largesse import db
+
+    with db.event_loop_attempt():
+        try:
+            return fn(*args, **kwargs)
+        except db.WriteLockBusy:
+            return _BUSY
 
 
 class _Poll:
