@@ -570,29 +570,26 @@ class _Form:
         return [make([p(v) if p is not None else v for p, v in zip(procs, r, strict=True)]) for r in raw_rows]
 
     def run(self, conn: Connection, params: dict) -> list:
-        values = self._values(params)
-        dbapi_connection = conn.connection.driver_connection
-        cursor = None
-        try:
-            if not conn.in_transaction():
-                raise RuntimeError("Prepared statements run inside the caller's transaction")
-            cursor = dbapi_connection.cursor()
-            cursor.execute(self.sql, values)
-            rows = self._make_rows(cursor.fetchall()) if cursor.description is not None else []
-            cursor.close()
-            return rows
-        except self.dialect.loaded_dbapi.Error as exc:
-            conn._handle_dbapi_exception(exc, self.sql, values, cursor, None)
+        return self._call(conn, self._values(params), many=False)
 
     def run_many(self, conn: Connection, rows: list[dict]) -> None:
-        values = [self._values(r) for r in rows]
-        dbapi_connection = conn.connection.driver_connection
+        self._call(conn, [self._values(r) for r in rows], many=True)
+
+    def _call(self, conn: Connection, values, *, many: bool) -> list:
+        """The driver's execute (or executemany) on the transaction's connection; its errors
+        handled by the Connection as conn.execute's are."""
         cursor = None
         try:
             if not conn.in_transaction():
                 raise RuntimeError("Prepared statements run inside the caller's transaction")
-            cursor = dbapi_connection.cursor()
-            cursor.executemany(self.sql, values)
+            cursor = conn.connection.driver_connection.cursor()
+            if many:
+                cursor.executemany(self.sql, values)
+                rows = []
+            else:
+                cursor.execute(self.sql, values)
+                rows = self._make_rows(cursor.fetchall()) if cursor.description is not None else []
             cursor.close()
+            return rows
         except self.dialect.loaded_dbapi.Error as exc:
             conn._handle_dbapi_exception(exc, self.sql, values, cursor, None)
