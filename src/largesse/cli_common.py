@@ -16,6 +16,8 @@ from largesse.config import Settings
 
 OrgOption = Annotated[str, typer.Option("--org", help="Organization ID")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
+OrgFilterOption = Annotated[str | None, typer.Option("--org", help="Only this organization's")]
+LimitOption = Annotated[int, typer.Option(help="How many (newest first)")]
 
 
 def load_settings() -> Settings:
@@ -42,6 +44,15 @@ def fail(message: str, code: int = 1):
 
 def emit(data: dict, as_json: bool, text: str) -> None:
     typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def operator_list(org: str | None, limit: int, list_all) -> list:
+    """The rows of an operator's `list` command (invoices, top-ups): list_all(conn, org, limit=)
+    for one organization, which must exist, or for all; limit kept within 1..1000."""
+    with db.read(open_engine()) as conn:
+        if org is not None:
+            require_org(conn, org)
+        return list_all(conn, org, limit=max(1, min(limit, 1000)))
 
 
 def require_org(conn, org_id: str):

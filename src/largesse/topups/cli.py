@@ -6,24 +6,18 @@ from typing import Annotated
 
 import typer
 
-from largesse import db
-from largesse.cli_common import JsonFlag, emit, fail, open_engine, require_org
+from largesse.cli_common import JsonFlag, LimitOption, OrgFilterOption, emit, fail, open_engine, operator_list
 
 topups_app = typer.Typer(help="Top-up requests: credit or reject them.", no_args_is_help=True)
 
 
 @topups_app.command("list")
-def topups_list(org: Annotated[str | None, typer.Option("--org", help="Only this organization's")] = None,
-                limit: Annotated[int, typer.Option(help="How many (newest first)")] = 100,
-                as_json: JsonFlag = False):
+def topups_list(org: OrgFilterOption = None, limit: LimitOption = 100, as_json: JsonFlag = False):
     """Top-up requests, newest first."""
     from largesse.money import format_amount
     from largesse.topups import service
 
-    with db.read(open_engine()) as conn:
-        if org is not None:
-            require_org(conn, org)
-        rows = service.list_all(conn, org, limit=max(1, min(limit, 1000)))
+    rows = operator_list(org, limit, service.list_all)
     data = {"topups": [service.to_wire(r) | {"organization_id": r.organization_id} for r in rows]}
     emit(data, as_json, "\n".join(
         f"{r.id}  {r.organization_id}  {r.status:<14} {format_amount(r.amount_cents):>12} {r.currency_code}  "
