@@ -109,6 +109,16 @@ def test_reward_search_all_labels_must_match_exactly(org, api, http):
     assert [r.id for r in via_client.rewards] == [sales_us]
 
 
+def test_reward_search_takes_at_most_100_labels(http):
+    """As many labels as a reward can carry are searched; more are a 400 (1,100 labels used to
+    be a 500 on SQLite: its expression tree has a depth limit)."""
+    labels = [f"L{i}" for i in range(101)]
+    assert ok(http.get("/rewards", params={label: "v" for label in labels[:100]}))["rewards"] == []
+    for count in (101, 1100):
+        errors = error(http.get("/rewards", params=[(f"L{i}", "v") for i in range(count)]), 400)
+        assert errors["payload"] == {"custom_fields": ["at most 100 labels per search"]}
+
+
 def test_client_list_rewards(org, api, http):
     order = place(http, org.member_email)
     listed = api.list_rewards()

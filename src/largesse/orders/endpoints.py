@@ -8,7 +8,14 @@ from largesse import auth, db
 from largesse.auth import CallerDep, parse_authorization
 from largesse.errors import BadRequest, NotFound
 from largesse.orders import repository, service
-from largesse.orders.schemas import CreateOrderIn, OrderEnvelope, OrderList, RewardEnvelope, RewardList
+from largesse.orders.schemas import (
+    MAX_CUSTOM_FIELDS,
+    CreateOrderIn,
+    OrderEnvelope,
+    OrderList,
+    RewardEnvelope,
+    RewardList,
+)
 from largesse.web import (
     EngineDep,
     clean_text,
@@ -107,6 +114,9 @@ async def list_rewards(request: Request):
             (clean_text(k, "label", max_length=100), clean_text(v, k[:100], max_length=1000))
             for k, v in request.query_params.multi_items() if k not in PAGINATION
         ]
+        if len(filters) > MAX_CUSTOM_FIELDS:  # a reward has at most that many: more match nothing
+            raise BadRequest("Too many custom field filters",
+                             {"custom_fields": [f"at most {MAX_CUSTOM_FIELDS} labels per search"]})
         problem = None
     except BadRequest as exc:
         problem = exc

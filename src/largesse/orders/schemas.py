@@ -10,6 +10,8 @@ from pydantic import Field, field_validator, model_validator
 from largesse.money import Amount, ExactJsonModel, exact_amount
 from largesse.schemas import Id, Name, Out, Text, Wire
 
+MAX_CUSTOM_FIELDS = 100  # per reward; so also the most labels GET /rewards can usefully match
+
 DELIVERY_METHODS = ("EMAIL", "LINK", "PHONE")
 MAX_REWARDS_PER_ORDER = 500
 
@@ -57,7 +59,7 @@ class RewardIn(Wire):
     value: ValueIn
     recipient: RecipientIn
     delivery: DeliveryIn
-    custom_fields: list[CustomFieldIn] | None = Field(default=None, max_length=100)
+    custom_fields: list[CustomFieldIn] | None = Field(default=None, max_length=MAX_CUSTOM_FIELDS)
     deliver_at: dt.date | None = Field(default=None, strict=False)
     language: Text(10) | None = None
 
