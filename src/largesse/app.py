@@ -176,10 +176,16 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def create_served_app() -> FastAPI:
-    """The app of a `largesse serve` process (uvicorn's factory): create_app, and its start-up
-    heap frozen out of the cyclic garbage collector (see the lifespan)."""
+    """The app of a `largesse serve` process (uvicorn's factory): create_app, then its heap
+    frozen out of the cyclic garbage collector.
+
+    Everything built at start-up (routes, models, metadata: most of the heap) leaves the GC's
+    view, so a full collection walks the objects of requests only. Measured under load: full
+    collections of 40-240 ms, a few per 10 s, every request of the process waiting meanwhile
+    (the p99); after, a few ms (docs/benchmarks.md)."""
     app = create_app()
-    app.state.freeze_heap = True
+    gc.collect()
+    gc.freeze()
     return app
 
 
@@ -198,13 +204,6 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
             from largesse.delivery.supervisor import DeliverySupervisor
 
             supervisor = DeliverySupervisor(settings).start()
-        if getattr(app.state, "freeze_heap", False):
-            # Everything built at start-up (routes, models, metadata: most of the heap) leaves
-            # the cyclic GC's view: a full collection then walks the objects of requests only.
-            # Measured under load: full collections of 40-240 ms, a few per 10 s, every request
-            # of the process waiting meanwhile (the p99); after, a few ms (docs/benchmarks.md).
-            gc.collect()
-            gc.freeze()
         try:
             yield
         finally:
