@@ -311,8 +311,16 @@ def upsert_insert(bind):
     return sqlite.insert if bind.dialect.name == "sqlite" else postgresql.insert
 
 @contextlib.contextmanager
-def write(engine: Engine) -> Iterator[Connection]:
-    """One write transaction: commit when the block succeeds, roll back otherwise."""
+def write(engine: Engine, *, one_write_statement: bool = False) -> Iterator[Connection]:
+    """One write transaction: commit when the block succeeds, roll back otherwise.
+
+    one_write_statement: the block reads, then writes with a single statement (POST /orders:
+    orders/pg_write.py). On PostgreSQL the block then runs in autocommit, saving the BEGIN and
+    COMMIT round trips: that statement is a transaction of its own, all or nothing, and the
+    reads before it see what READ COMMITTED statements see anyway (each its own snapshot).
+    Any error then counts as one at COMMIT (`retry_reason`): the statement may have committed.
+    On SQLite, whose writes stay separate statements, the block is a transaction as usual.
+    """
     lock = _writer_lock(engine)
     budget_ms = None
     if lock is not None and not lock.acquire(blocking=False):  # uncontended: no clock reads
@@ -328,12 +336,13 @@ def write(engine: Engine) -> Iterator[Connection]:
         if timeout > 0:  # the wait for the lock counts against SQLite's busy wait: one deadline in all
             budget_ms = max(1, int((timeout - (time.monotonic() - started)) * 1000))
     body_done = False
+    autocommit = one_write_statement and lock is None and engine.dialect.name == "postgresql"
     try:
         with engine.connect() as conn:
             if budget_ms is not None:
                 conn.connection.dbapi_connection.execute(f"PRAGMA busy_timeout={budget_ms}")
             try:
-                conn = conn.execution_options(write=True)
+                conn = conn.execution_options(write=True, **_AUTOCOMMIT if autocommit else {})
                 with conn.begin():
                     yield conn
                     body_done = True
@@ -343,11 +352,14 @@ def write(engine: Engine) -> Iterator[Connection]:
                         f"PRAGMA busy_timeout={int(_lock_timeouts[id(engine.pool)] * 1000)}")
     except sa_exc.DBAPIError as exc:
         # An error at COMMIT leaves the outcome unknown: `retrying` must not run the body again.
-        exc.largesse_at_commit = body_done
+        exc.largesse_at_commit = body_done or autocommit
         raise
     finally:
         if lock is not None:
             lock.release()
+
+
+_AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 
 
 def owned_or_404(conn: Connection, table, organization_id: str, row_id: str, noun: str):

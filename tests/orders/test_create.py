@@ -151,6 +151,29 @@ def test_sandbox_recipient_must_be_a_member(org, http):
     place(http, org.member_email.upper())
 
 
+def test_sandbox_member_rule_per_reward_and_per_organization(org, other_org, http):
+    """The member check is asked inside the order's context statement for one address and by a
+    query of its own for several: both give the same answers, for this organization only."""
+    def rewards_body(*emails):
+        one = order_body(org.member_email)["reward"]
+        return {"payment": {"funding_source_id": "balance"},
+                "rewards": [{**one, "recipient": {"name": "R", "email": e}} for e in emails]}
+
+    before = snapshot(http)
+    # Another organization's member is a stranger here, alone or among this org's members.
+    errors = error(http.post("/orders", json=order_body(other_org.member_email)), 400)
+    assert "email" in errors["payload"]["reward"]["recipient"]
+    errors = error(http.post("/orders", json=rewards_body(org.member_email, other_org.member_email)), 400)
+    assert list(errors["payload"]["rewards"]) == ["1"]
+    assert snapshot(http) == before
+    # Two rewards to one member (one address), and two spellings of it.
+    local, domain = org.member_email.split("@")
+    for body in (rewards_body(org.member_email, org.member_email),
+                 rewards_body(org.member_email, f"{local}+x@{domain}".upper())):
+        order = ok(http.post("/orders", json=body))["order"]
+        assert len(order["rewards"]) == 2
+
+
 def test_production_accepts_any_valid_email(engine, make_server):
     from tests.test_environments import production_org
 

@@ -93,8 +93,8 @@ def request_hash(body: CreateOrderIn) -> str:
 def place_order(engine: Engine, *, settings: Settings, credentials: Credentials, body: CreateOrderIn) -> PlacedOrder:
     """POST /orders: the order of the API key's organization."""
 
-    def caller_of(conn: Connection):
-        context = _CONTEXT.first(conn, {"key_hash": credentials.key_hash})
+    def caller_of(conn: Connection, probes: _Probes):
+        context = _CONTEXT.first(conn, {"key_hash": credentials.key_hash, **probes.params()})
         return context, auth.caller_from(context, credentials)
 
     return _place(engine, settings, body, caller_of, channel="API")
@@ -104,7 +104,8 @@ def place_order_as_member(engine: Engine, *, settings: Settings, organization_id
                           channel: str = "UI") -> PlacedOrder:
     """The same order, placed by a signed-in member of the organization (the dashboard):
     same validation, transaction, replay rule and webhooks as POST /orders."""
-    return _place(engine, settings, body, lambda conn: _member_caller(conn, organization_id), channel=channel)
+    return _place(engine, settings, body, lambda conn, probes: _member_caller(conn, organization_id, probes),
+                  channel=channel)
 
 
 def preview_order_as_member(engine: Engine, *, settings: Settings, organization_id: str,
@@ -112,10 +113,11 @@ def preview_order_as_member(engine: Engine, *, settings: Settings, organization_
     """What place_order_as_member would do with body, without doing it: every problem of
     every reward (the API's own checks and messages), and the cost of the valid rewards."""
     reward_inputs = _reward_inputs(body)
+    probes = _Probes.of(body, reward_inputs, sandbox=settings.sandbox)
     with db.read(engine) as conn:
-        context, caller = _member_caller(conn, organization_id)
+        context, caller = _member_caller(conn, organization_id, probes)
         try:
-            plan = _plan(conn, settings=settings, caller=caller, context=context, body=body,
+            plan = _plan(conn, settings=settings, caller=caller, context=context, probes=probes, body=body,
                          reward_inputs=reward_inputs, channel="UI")
         except ApiError as exc:  # before any reward: e.g. the payment's funding source
             return OrderPreview(problems=[((), exc.message)], subtotal_cents=0, fees_cents=0,
@@ -148,18 +150,46 @@ def _reward_inputs(body: CreateOrderIn) -> list[tuple[tuple, RewardIn]]:
     ]
 
 
+def _recipient_emails(reward_inputs: list[tuple[tuple, RewardIn]]) -> list[str]:
+    return [r.recipient.email for _, r in reward_inputs if r.recipient.email]
+
+
+@dataclass(frozen=True)
+class _Probes:
+    """Two lookups of an order, asked by its context statement (_CONTEXT, _ORG_CONTEXT) rather
+    than by statements of their own: one round trip instead of three on the hottest path.
+
+    external_id: is it used already (context.external_id_used)? member_key: in the sandbox,
+    the email_key of the order's one recipient address, is it a member (context.member_key_found)?
+    None when the order has no or several addresses: _plan asks orgs.member_keys then."""
+
+    external_id: str | None
+    member_key: str | None
+
+    @classmethod
+    def of(cls, body: CreateOrderIn, reward_inputs, *, sandbox: bool) -> _Probes:
+        keys = {email_key(e) for e in _recipient_emails(reward_inputs)} if sandbox else set()
+        return cls(body.external_id, keys.pop() if len(keys) == 1 else None)
+
+    def params(self) -> dict:
+        return {"external_id": self.external_id, "member_key": self.member_key}
+
+
 def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *, channel: str) -> PlacedOrder:
     fingerprint = request_hash(body)
     reward_inputs = _reward_inputs(body)
+    probes = _Probes.of(body, reward_inputs, sandbox=settings.sandbox)
     try:
-        with db.write(engine) as conn:
-            context, caller = caller_of(conn)
+        # On PostgreSQL the order's writes are one statement (pg_write): db.write runs the block
+        # without BEGIN/COMMIT round trips then, the statement being its own transaction.
+        with db.write(engine, one_write_statement=True) as conn:
+            context, caller = caller_of(conn, probes)
             org = caller.organization_id
-            if body.external_id is not None:
+            if context.external_id_used:
                 replay = _replay(conn, org, body.external_id, fingerprint)
                 if replay is not None:
                     return replay
-            plan = _plan(conn, settings=settings, caller=caller, context=context, body=body,
+            plan = _plan(conn, settings=settings, caller=caller, context=context, probes=probes, body=body,
                          reward_inputs=reward_inputs, channel=channel)
             plan.errors.raise_any()
             links = _write(conn, plan, fingerprint, body.external_id, has_webhook=context.has_webhook)
@@ -185,7 +215,9 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
 # Everything an order needs to know about its caller, in one statement: the key's
 # organization, its balance, and whether it has a webhook or required custom fields.
 # What an order needs of its organization besides the caller's key, shared by both contexts:
-# the balance in the organization's currency, webhook and required fields, approval policy.
+# the balance in the organization's currency, webhook and required fields, approval policy,
+# and the answers to its _Probes (bound as :external_id and :member_key).
+_EXTERNAL_ID_IS = and_(orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
 _ORDER_COLUMNS = (
     _funding_sources.c.id.label("balance_id"),
     _funding_sources.c.currency_code.label("balance_currency"),
@@ -193,6 +225,9 @@ _ORDER_COLUMNS = (
     exists().where(_fields.c.organization_id == _organizations.c.id, _fields.c.required.is_(True))
     .label("has_required_fields"),
     _organizations.c.approval_mode, _organizations.c.approval_above_cents,
+    exists().where(orders.c.organization_id == _organizations.c.id, orders.c.external_id == bindparam("external_id"))
+    .label("external_id_used"),
+    orgs.member_key_found(_organizations.c.id, bindparam("member_key")).label("member_key_found"),
 )
 _BALANCE_JOIN = and_(_funding_sources.c.organization_id == _organizations.c.id,
                      _funding_sources.c.method == "balance",
@@ -217,8 +252,8 @@ _ORG_CONTEXT = (
 )
 
 
-def _member_caller(conn: Connection, organization_id: str):
-    context = conn.execute(_ORG_CONTEXT, {"org": organization_id}).first()
+def _member_caller(conn: Connection, organization_id: str, probes: _Probes):
+    context = conn.execute(_ORG_CONTEXT, {"org": organization_id, **probes.params()}).first()
     if context is None:
         raise NotFound(f"Organization {organization_id} not found", {"organization_id": ["not found"]})
     return context, Caller(
@@ -228,9 +263,7 @@ def _member_caller(conn: Connection, organization_id: str):
 
 
 # The hot statements run through db.Prepared (compiled once, executed on the driver).
-_EXTERNAL_ID_IS = and_(orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
 _BY_EXTERNAL_ID = select(orders).where(_EXTERNAL_ID_IS)
-_EXTERNAL_ID_USED = db.Prepared(select(orders.c.id).where(_EXTERNAL_ID_IS))
 _INSERT_ORDER = db.Prepared(orders.insert())
 _INSERT_REWARDS = db.Prepared(rewards.insert())
 _INSERT_FIELD_VALUES = db.Prepared(reward_field_values.insert())
@@ -238,11 +271,12 @@ _INSERT_JOBS = db.Prepared(jobs.insert())
 
 
 def _replay(conn: Connection, org: str, external_id: str, fingerprint: str):
-    params = {"org": org, "external_id": external_id}
-    # Most external_ids are new: one cheap probe; the whole row only for a replay.
-    if _EXTERNAL_ID_USED.first(conn, params) is None:
+    """The replay of the order with this external_id, 409 if its parameters differ, None if
+    there is none. Most external_ids are new: the context statement probes (_Probes) and this
+    loads the order only when that found one, or when a concurrent order took it."""
+    existing = conn.execute(_BY_EXTERNAL_ID, {"org": org, "external_id": external_id}).first()
+    if existing is None:
         return None
-    existing = conn.execute(_BY_EXTERNAL_ID, params).first()
     if existing.request_hash != fingerprint:
         raise Conflict(
             f"An order with external_id {external_id!r} already exists with different parameters",
@@ -263,7 +297,7 @@ class _Plan:
     errors: _Errors  # raised by the caller (_place); a preview reads them instead
 
 
-def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body: CreateOrderIn,
+def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, probes: _Probes, body: CreateOrderIn,
           reward_inputs: list[tuple[tuple, RewardIn]], channel: str = "API") -> _Plan:
     org = caller.organization_id
     errors = _Errors()
@@ -287,8 +321,12 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, body
     catalog_rows = catalog.get_many_cached(conn, product_ids)
     wants_fields = context.has_required_fields or any(r.custom_fields for _, r in reward_inputs)
     org_fields = {f.id: f for f in fields_service.list_for(conn, org)} if wants_fields else {}
-    members = (orgs.member_keys(conn, org, [r.recipient.email for _, r in reward_inputs if r.recipient.email])
-               if settings.sandbox else set())
+    if not settings.sandbox:
+        members = set()
+    elif probes.member_key is not None:  # the context statement looked it up
+        members = {probes.member_key} if context.member_key_found else set()
+    else:
+        members = orgs.member_keys(conn, org, _recipient_emails(reward_inputs))
 
     now = utcnow()
     today = now.date()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from largesse import auth, db
@@ -93,6 +93,12 @@ def member_keys(conn: Connection, organization_id: str, emails) -> set[str]:
     if len(keys) == 1:
         return set(_MEMBER_KEY.scalars(conn, {"org": organization_id, "key": next(iter(keys))}))
     return set(conn.execute(_MEMBER_KEYS, {"org": organization_id, "keys": list(keys)}).scalars())
+
+
+def member_key_found(organization_id, key):
+    """SQL: is the email_key `key` a member of the organization? For a statement that folds the
+    sandbox recipient check into its own (POST /orders' context: one round trip fewer)."""
+    return exists().where(members.c.organization_id == organization_id, members.c.email_key == key)
 
 
 def get_org(conn: Connection, organization_id: str):
