@@ -33,8 +33,10 @@ class Settings:
     mail_from_name: str = "Largesse Rewards"
     sms_url: str | None = None
     run_worker: bool = True
-    # Delivery worker processes that `largesse serve` supervises (delivery/supervisor.py).
+    # Delivery worker processes that `largesse serve` supervises (delivery/supervisor.py), and
+    # their niceness: background work that yields the CPU to the API when both want it (0: none).
     delivery_processes: int = 1
+    delivery_nice: int = 10
     # Delivery worker (docs/delivery.md): threads per process, polling, leases, retries.
     worker_concurrency: int = 2
     worker_poll_seconds: float = 1.0
@@ -116,6 +118,7 @@ class Settings:
             sms_url=get("SMS_URL"),
             run_worker=get("RUN_WORKER", "1") not in ("0", "false", "no"),
             delivery_processes=int(get("DELIVERY_PROCESSES", "1")),
+            delivery_nice=_niceness(get("DELIVERY_NICE", "10")),
             worker_concurrency=int(get("WORKER_CONCURRENCY", "2")),
             worker_poll_seconds=float(get("WORKER_POLL_SECONDS", "1")),
             webhook_concurrency=int(get("WEBHOOK_CONCURRENCY", "2")),
@@ -138,6 +141,12 @@ class Settings:
             db_timeout_seconds=float(get("DB_TIMEOUT_SECONDS", "1.5")),
             db_statement_timeout_seconds=float(get("DB_STATEMENT_TIMEOUT_SECONDS", "10")),
         )
+
+
+def _niceness(raw: str) -> int:
+    if not raw.isdigit() or int(raw) > 19:
+        raise ValueError(f"LARGESSE_DELIVERY_NICE must be a niceness from 0 to 19, not {raw!r}")
+    return int(raw)
 
 
 def _choice(value: str, name: str, allowed: tuple[str, ...]) -> str:

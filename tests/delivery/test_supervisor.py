@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import httpx
 
@@ -21,6 +22,14 @@ from tests.delivery.procs import (
     wait_until,
 )
 from tests.delivery.test_recovery import order, settle
+
+
+def _niceness(pid: int) -> list[int]:
+    """The niceness of each thread of process pid (field 19 of /proc/<pid>/task/<tid>/stat)."""
+    found = []
+    for task in (Path(f"/proc/{pid}/task")).iterdir():
+        found.append(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
+    return found
 
 
 def _delivered(engine, ids) -> bool:
@@ -73,6 +82,11 @@ def test_serve_with_several_api_processes_runs_one_delivery_process(org, engine,
             ids = order(client, [tagged(org.member_email, f"multi{i}") for i in range(3)])
         wait_until(lambda: _delivered(engine, ids), 30, message="serve --workers 2 did not deliver")
         assert proc.text().count("started with") == 1, proc.text()  # not one per API process
+        # Delivery yields the CPU to the API (LARGESSE_DELIVERY_NICE, default 10): every thread
+        # of the delivery process runs at that niceness; the server's processes do not.
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        assert set(_niceness(children[0])) == {min(19, own + 10)}
+        assert set(_niceness(proc.pid)) == {own}
         assert proc.terminate() in (0, -signal.SIGTERM), proc.text()
         assert not alive(children[0]), "the delivery process outlived the server"
     finally:

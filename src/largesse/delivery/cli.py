@@ -25,11 +25,12 @@ def worker(
     in hand and hand the unstarted ones back)."""
     import signal
 
-    from largesse.delivery.supervisor import bind_to_supervisor
+    from largesse.delivery.supervisor import bind_to_supervisor, lower_priority
     from largesse.delivery.worker import Worker
 
-    bind_to_supervisor()  # a child of `largesse serve`: dies with it
     settings = load_settings()
+    lower_priority(settings)  # a child of `largesse serve` yields the CPU to it (first: threads inherit it)
+    bind_to_supervisor()  # ... and dies with it
     from largesse.ops import logs
 
     logs.configure(settings.log_format, settings.log_level)  # same redacting text/JSON lines as `serve`
