@@ -3,9 +3,10 @@
     python -m bench.delivery [--count 5000] [--quick] [--db sqlite|postgresql] [--procs 1,2]
                              [--threads N] [--compare /path/to/old/src] [--rounds 2]
 
-For each backend, a fresh database gets one funded organization and, per run, one order of
-`--count` EMAIL rewards with their deliver_reward jobs (inserted in one transaction, as
-POST /orders would, without the 500-rewards-per-order limit). Then 1, then 2 worker
+For each backend, a fresh database gets `--orgs` funded organizations (default 8) and, per run,
+one order each of its share of `--count` EMAIL rewards with their deliver_reward jobs (inserted in
+one transaction, as POST /orders would, without the 500-rewards-per-order limit; the jobs of one
+order share their run_after, as a real order's do). Then 1, then 2 worker
 processes (`largesse worker`, `--threads` email threads each, default: the worker's own
 default) drain the queue into an SMTP sink running in its own process (bench/smtp_sink.py:
 a minimal asyncio SMTP server, so that the sink takes little of the CPU the workers need).
@@ -121,9 +122,10 @@ def seed(url: str, org: common.BenchOrg, count: int) -> None:
         engine.dispose()
 
 
-def run_once(url: str, org: common.BenchOrg, sink: SinkProcess, procs: int, threads: int | None, count: int,
-             log_dir: Path, src: str | None = None, label: str = "new") -> dict:
-    seed(url, org, count)
+def run_once(url: str, orgs: list[common.BenchOrg], sink: SinkProcess, procs: int, threads: int | None,
+             count: int, log_dir: Path, src: str | None = None, label: str = "new") -> dict:
+    for i, org in enumerate(orgs):
+        seed(url, org, count // len(orgs) + (1 if i < count % len(orgs) else 0))
     sink.reset()
     env = {**os.environ, "LARGESSE_DATABASE_URL": url, "LARGESSE_SMTP_URL": f"smtp://127.0.0.1:{sink.port}",
            "LARGESSE_WORKER_POLL_SECONDS": "0.05", "LARGESSE_ENVIRONMENT": "sandbox",
@@ -172,6 +174,7 @@ def main(args: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench.delivery", description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=5_000, help="emails per run")
     parser.add_argument("--quick", action="store_true", help="2,000 emails per run")
+    parser.add_argument("--orgs", type=int, default=8, help="organizations the emails belong to")
     parser.add_argument("--db", choices=("sqlite", "postgresql"), help="one database backend")
     parser.add_argument("--procs", default="1,2", help="worker process counts to compare")
     parser.add_argument("--threads", type=int, help="email threads per worker process (default: the worker's)")
@@ -186,24 +189,26 @@ def main(args: list[str] | None = None) -> dict:
     codes = [("new", None)] + ([("old", opts.compare)] if opts.compare else [])
 
     sink = SinkProcess()
-    results: dict = {"emails_per_run": count, "threads_per_process": opts.threads or "default", "runs": {}}
+    results: dict = {"emails_per_run": count, "organizations": opts.orgs,
+                     "threads_per_process": opts.threads or "default", "runs": {}}
     try:
         with common.workdir() as work:
             for kind in kinds:
                 with common.database(kind, work, "delivery") as url:
                     common.prepare_database(url)
-                    org = common.create_funded_org(url, "Delivery Bench")
+                    orgs = [common.create_funded_org(url, f"Delivery Bench {i}") for i in range(opts.orgs)]
                     for procs in [int(p) for p in opts.procs.split(",")]:
                         for n in range(opts.rounds):
                             for label, src in (codes if n % 2 == 0 else codes[::-1]):
                                 common.log(f"delivery: {kind}, {label} code, {procs} worker process(es), "
                                            f"{count} emails, round {n + 1}")
-                                run = run_once(url, org, sink, procs, opts.threads, count, work, src, label)
+                                run = run_once(url, orgs, sink, procs, opts.threads, count, work, src, label)
                                 results["runs"].setdefault(f"{kind}/{procs}/{label}", []).append(run)
     finally:
         sink.stop()
 
-    print(f"\ndelivery ({count} emails per run, threads per worker process: {opts.threads or 'default'}, "
+    print(f"\ndelivery ({count} emails of {opts.orgs} organizations per run, "
+          f"threads per worker process: {opts.threads or 'default'}, "
           f"bench/smtp_sink.py in its own process; medians of {opts.rounds} run(s))")
     print(f"{'database':<12}{'code':<6}{'processes':>10}{'emails/s':>10}{'cpu ms/email':>14}{'sink ms/email':>15}"
           f"{'wall s':>8}  emails/s by quarter of the queue (last run)")

@@ -29,7 +29,7 @@ jobs = Table(
     # (migration 0007; jobs.LANES). Slow webhook receivers cannot occupy the email threads.
     Column("lane", String(10), nullable=False, server_default="mail"),
     # The oldest due job of a lane; the oldest due job per organization (round-robin claim).
-    Index("ix_jobs_claim", "status", "lane", "run_after"),
+    Index("ix_jobs_claim_id", "status", "lane", "run_after", "id"),
     Index("ix_jobs_lane_org", "status", "lane", "organization_id", "run_after"),
     Index("ix_jobs_reward", "reward_id"),
     Index("uq_jobs_dedupe_key", "dedupe_key", unique=True),
