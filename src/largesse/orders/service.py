@@ -217,7 +217,6 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
 # What an order needs of its organization besides the caller's key, shared by both contexts:
 # the balance in the organization's currency, webhook and required fields, approval policy,
 # and the answers to its _Probes (bound as :external_id and :member_key).
-_EXTERNAL_ID_IS = and_(orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
 _ORDER_COLUMNS = (
     _funding_sources.c.id.label("balance_id"),
     _funding_sources.c.currency_code.label("balance_currency"),
@@ -263,6 +262,7 @@ def _member_caller(conn: Connection, organization_id: str, probes: _Probes):
 
 
 # The hot statements run through db.Prepared (compiled once, executed on the driver).
+_EXTERNAL_ID_IS = and_(orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
 _BY_EXTERNAL_ID = select(orders).where(_EXTERNAL_ID_IS)
 _INSERT_ORDER = db.Prepared(orders.insert())
 _INSERT_REWARDS = db.Prepared(rewards.insert())
