@@ -15,7 +15,9 @@ Figures: the rate is messages / (last accepted - first accepted), measured at th
 "cpu ms/email" is the worker processes' CPU (user + system, from /proc) between the first
 and the last accepted message, per message; "sink ms/email" the sink process's CPU per
 message. `--compare SRC` runs every configuration with the workers' code from another
-checkout's src/ too (PYTHONPATH), alternating old and new `--rounds` times.
+checkout's src/ too (PYTHONPATH), alternating old and new `--rounds` times; both must ship the
+same migration head (the database is migrated by this checkout: an older `largesse worker`
+refuses a schema it does not know).
 bench.run calls main(); it returns the figures as a dict.
 """
 
