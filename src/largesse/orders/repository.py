@@ -10,7 +10,7 @@ from sqlalchemy.orm import aliased
 
 from largesse import db
 from largesse.orders.models import orders, reward_field_values, rewards
-from largesse.orders.wire import REWARD_WIRE_COLUMNS, field_value_wire, order_to_wire, reward_wire, wire_values
+from largesse.orders.wire import REWARD_WIRE_COLUMNS, field_value_wire, order_to_wire, reward_to_wire, reward_wire
 from largesse.redemption.models import payouts
 
 # Built once (SQLAlchemy memoizes a statement's cache key on the object): a page sends these
@@ -54,16 +54,13 @@ def redeemed_products_for(conn: Connection, rows) -> dict[str, str]:
 
 
 def rewards_to_wire(conn: Connection, rows, *, created_format: str = "iso8601") -> list[dict]:
-    """Rewards in wire form from rows of any query selecting the REWARD_WIRE columns (by name;
-    rows of exactly those columns, in order, are read positionally): two queries at most."""
+    """Rewards in wire form from rows of any query selecting the REWARD_WIRE columns: two queries at most."""
     if not rows:
         return []
     values = field_values_for(conn, [r.id for r in rows])
     chosen = redeemed_products_for(conn, rows)
-    spec = created_format == "spec"
-    exact = rows[0]._fields == REWARD_WIRE_COLUMNS
-    return [reward_wire(r if exact else wire_values(r), values.get(r.id, []), spec, None,
-                        chosen.get(r.id)) for r in rows]
+    return [reward_to_wire(r, values.get(r.id, []), created_format=created_format,
+                           redeemed_product_id=chosen.get(r.id)) for r in rows]
 
 
 def orders_to_wire(conn: Connection, order_rows) -> list[dict]:

@@ -39,7 +39,7 @@ from largesse.ops import metrics
 from largesse.orders import approvals, pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.schemas import CreateOrderIn, RewardIn
-from largesse.orders.wire import order_to_wire, reward_to_wire
+from largesse.orders.wire import field_value_wire, order_to_wire, reward_to_wire
 from largesse.orgs import service as orgs
 from largesse.orgs.models import api_keys as _api_keys
 from largesse.orgs.models import organizations as _organizations
@@ -212,6 +212,11 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
     return PlacedOrder(order_to_wire(plan.order_row, wire_rewards))
 
 
+def _external_id_is(org):
+    """SQL: the order of organization `org` (a column or parameter) with :external_id."""
+    return and_(orders.c.organization_id == org, orders.c.external_id == bindparam("external_id"))
+
+
 # Everything an order needs to know about its caller, in one statement: the key's
 # organization, its balance, and whether it has a webhook or required custom fields.
 # What an order needs of its organization besides the caller's key, shared by both contexts:
@@ -224,8 +229,7 @@ _ORDER_COLUMNS = (
     exists().where(_fields.c.organization_id == _organizations.c.id, _fields.c.required.is_(True))
     .label("has_required_fields"),
     _organizations.c.approval_mode, _organizations.c.approval_above_cents,
-    exists().where(orders.c.organization_id == _organizations.c.id, orders.c.external_id == bindparam("external_id"))
-    .label("external_id_used"),
+    exists().where(_external_id_is(_organizations.c.id)).label("external_id_used"),
     orgs.member_key_found(_organizations.c.id, bindparam("member_key")).label("member_key_found"),
 )
 _BALANCE_JOIN = and_(_funding_sources.c.organization_id == _organizations.c.id,
@@ -262,8 +266,7 @@ def _member_caller(conn: Connection, organization_id: str, probes: _Probes):
 
 
 # The hot statements run through db.Prepared (compiled once, executed on the driver).
-_EXTERNAL_ID_IS = and_(orders.c.organization_id == bindparam("org"), orders.c.external_id == bindparam("external_id"))
-_BY_EXTERNAL_ID = select(orders).where(_EXTERNAL_ID_IS)
+_BY_EXTERNAL_ID = select(orders).where(_external_id_is(bindparam("org")))
 _INSERT_ORDER = db.Prepared(orders.insert())
 _INSERT_REWARDS = db.Prepared(rewards.insert())
 _INSERT_FIELD_VALUES = db.Prepared(reward_field_values.insert())
@@ -412,14 +415,13 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         })
         if fx is not None:
             reward_rows[-1]["charged_cents"] = charged
-        wire_values = []
+        field_values[reward_id] = []
         for field_row, value in values:
             field_rows.append({
                 "reward_id": reward_id, "field_id": field_row.id, "organization_id": org,
                 "label": field_row.label, "value": value, "reward_created_at": now,
             })
-            wire_values.append({"id": field_row.id, "value": value, "label": field_row.label})
-        field_values[reward_id] = wire_values
+            field_values[reward_id].append(field_value_wire(field_row.id, value, field_row.label))
         if method == "LINK":
             link_ids.append(reward_id)
         else:

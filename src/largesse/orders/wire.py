@@ -66,11 +66,6 @@ def reward_wire(values, field_values: list[dict], spec_created: bool, link: str 
     return reward
 
 
-def field_value_to_wire(row) -> dict:
-    get = row.get if isinstance(row, dict) else row._mapping.get
-    return field_value_wire(get("field_id"), get("value"), get("label"))
-
-
 def field_value_wire(field_id: str, value: str, label: str) -> dict:
     return {"id": field_id, "value": value, "label": label}
 
