@@ -342,7 +342,8 @@ def write(engine: Engine, *, one_write_statement: bool = False) -> Iterator[Conn
             if budget_ms is not None:
                 conn.connection.dbapi_connection.execute(f"PRAGMA busy_timeout={budget_ms}")
             try:
-                conn = conn.execution_options(write=True, **_AUTOCOMMIT if autocommit else {})
+                conn = (conn.execution_options(write=True, isolation_level="AUTOCOMMIT") if autocommit
+                        else conn.execution_options(write=True))
                 with conn.begin():
                     yield conn
                     body_done = True
@@ -357,9 +358,6 @@ def write(engine: Engine, *, one_write_statement: bool = False) -> Iterator[Conn
     finally:
         if lock is not None:
             lock.release()
-
-
-_AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 
 
 def owned_or_404(conn: Connection, table, organization_id: str, row_id: str, noun: str):

@@ -80,9 +80,6 @@ def add_member(conn: Connection, *, organization_id: str, email: str, name: str 
 
 _MEMBER_KEYS = select(members.c.email_key).where(
     members.c.organization_id == bindparam("org"), members.c.email_key.in_(bindparam("keys", expanding=True)))
-# One address (most orders have one recipient) on the hot path: compiled once (db.Prepared).
-_MEMBER_KEY = db.Prepared(select(members.c.email_key).where(
-    members.c.organization_id == bindparam("org"), members.c.email_key == bindparam("key")))
 
 
 def member_keys(conn: Connection, organization_id: str, emails) -> set[str]:
@@ -90,8 +87,6 @@ def member_keys(conn: Connection, organization_id: str, emails) -> set[str]:
     keys = {email_key(e) for e in emails}
     if not keys:
         return set()
-    if len(keys) == 1:
-        return set(_MEMBER_KEY.scalars(conn, {"org": organization_id, "key": next(iter(keys))}))
     return set(conn.execute(_MEMBER_KEYS, {"org": organization_id, "keys": list(keys)}).scalars())
 
 
