@@ -130,6 +130,8 @@ class Simulation:
             smtp_url=self.smtp.url, run_worker=False, smtp_timeout_seconds=5.0,
             webhook_timeout_seconds=1.0, webhook_allow_private=True,  # leases, retries, expiry: the defaults
             secret_key=f"simulation-{seed}",
+            # Every job is kept: the final checks read each one (the clock can pass the retention).
+            job_retention_days=0,
         )
         timeutil.set_clock(self.clock)
         self.engine = db.make_engine(self.database.url)

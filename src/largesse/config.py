@@ -50,6 +50,9 @@ class Settings:
     job_retry_base_seconds: float = 30.0
     job_retry_max_seconds: float = 3600.0
     expire_interval_seconds: float = 60.0
+    # Days a finished (done or dead) job is kept after its last run; the expiry sweep deletes
+    # older ones (delivery/jobs.prune_finished). 0 keeps every job.
+    job_retention_days: int = 30
     smtp_timeout_seconds: float = 30.0
     # PEM file of extra CA certificates to trust for the SMTP server's certificate (a private
     # CA); verification is never turned off. SSL_CERT_FILE replaces the system bundle instead.
@@ -127,6 +130,7 @@ class Settings:
             job_retry_base_seconds=float(get("JOB_RETRY_BASE_SECONDS", "30")),
             job_retry_max_seconds=float(get("JOB_RETRY_MAX_SECONDS", "3600")),
             expire_interval_seconds=float(get("EXPIRE_INTERVAL_SECONDS", "60")),
+            job_retention_days=_days(get("JOB_RETENTION_DAYS", "30"), "JOB_RETENTION_DAYS"),
             smtp_timeout_seconds=float(get("SMTP_TIMEOUT_SECONDS", "30")),
             smtp_ca_file=get("SMTP_CA_FILE"),
             reward_expiry_days=int(expiry) if expiry else None,
@@ -146,6 +150,12 @@ class Settings:
 def _niceness(raw: str) -> int:
     if not raw.isdigit() or int(raw) > 19:
         raise ValueError(f"LARGESSE_DELIVERY_NICE must be a niceness from 0 to 19, not {raw!r}")
+    return int(raw)
+
+
+def _days(raw: str, name: str) -> int:
+    if not raw.isdigit():
+        raise ValueError(f"LARGESSE_{name} must be a whole number of days (0: never), not {raw!r}")
     return int(raw)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import Connection, Engine, func, or_, select, update
+from sqlalchemy import Connection, Engine, delete, func, or_, select, update
 
 from largesse import db
 from largesse.delivery.models import jobs
@@ -38,6 +38,9 @@ PERIODIC = ("expire_rewards",)
 # listed here runs in the mail lane.
 MAIL, WEBHOOK = "mail", "webhook"
 LANES = {"deliver_webhook": WEBHOOK}
+# prune_finished deletes finished jobs in transactions of PRUNE_BATCH rows, at most PRUNE_LIMIT
+# per call (the housekeeping sweep calls it every LARGESSE_EXPIRE_INTERVAL_SECONDS).
+PRUNE_BATCH, PRUNE_LIMIT = 1_000, 50_000
 
 
 # pg_advisory_xact_lock key of claims with a per-organization cap ("LRGSJOBS" in ASCII).
@@ -214,6 +217,33 @@ def reclaim_expired(engine: Engine) -> int:
             .values(status=QUEUED, locked_by=None, locked_until=None, run_after=now, updated_at=now,
                     last_error="lease expired: the worker stopped or hung before finishing")
         ).rowcount
+
+
+def prune_finished(engine: Engine, *, ran_before, limit: int = PRUNE_LIMIT) -> int:
+    """Delete done and dead jobs whose last run was due before `ran_before`; returns how many.
+
+    Without it the table gains a row per email and per webhook event forever, and every index
+    an order and a claim write grows with it. Each batch is a short transaction over one range
+    of the claim index (status, lane, run_after), so it never walks the jobs it keeps, and
+    SQLite's write lock is held a few milliseconds at a time. Queued and running jobs, and the
+    periodic sweep (always queued or running), are never touched.
+    """
+    deleted = 0
+    for status in (DONE, DEAD):
+        for lane in (MAIL, *sorted(set(LANES.values()))):
+            while deleted < limit:
+                batch = min(PRUNE_BATCH, limit - deleted)
+                oldest = (select(jobs.c.id)
+                          .where(jobs.c.status == status, jobs.c.lane == lane, jobs.c.run_after < ran_before)
+                          .order_by(jobs.c.run_after, jobs.c.id).limit(batch))
+                with db.write(engine) as conn:
+                    # The status again: a job requeued between the subquery's read and the delete stays.
+                    gone = conn.execute(delete(jobs).where(jobs.c.id.in_(oldest.scalar_subquery()),
+                                                           jobs.c.status == status)).rowcount
+                deleted += gone
+                if gone < batch:
+                    break
+    return deleted
 
 
 def _owned(job, worker_id: str):

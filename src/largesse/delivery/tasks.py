@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from sqlalchemy import select, update
 
@@ -263,9 +264,16 @@ def _gather(batch: _Reads, reward) -> compose.RewardMail:
 
 
 def expire_rewards(ctx: Context, job) -> str:
+    """The periodic sweep: expire and refund overdue rewards, then delete finished jobs past
+    their retention (LARGESSE_JOB_RETENTION_DAYS)."""
     count = service.expire_due(ctx.engine)
     if count:
         log.info("expired and refunded %s rewards", count)
+    if ctx.settings.job_retention_days:
+        pruned = job_queue.prune_finished(
+            ctx.engine, ran_before=utcnow() - timedelta(days=ctx.settings.job_retention_days))
+        if pruned:
+            log.info("deleted %s finished jobs older than %s days", pruned, ctx.settings.job_retention_days)
     with db.write(ctx.engine) as conn:
         job_queue.reschedule(conn, job, ctx.worker_id, ctx.settings.expire_interval_seconds)
     return "swept"
