@@ -40,7 +40,7 @@ MAIL, WEBHOOK = "mail", "webhook"
 LANES = {"deliver_webhook": WEBHOOK}
 # prune_finished deletes finished jobs in transactions of PRUNE_BATCH rows, at most PRUNE_LIMIT
 # per call (the housekeeping sweep calls it every LARGESSE_EXPIRE_INTERVAL_SECONDS).
-PRUNE_BATCH, PRUNE_LIMIT = 1_000, 50_000
+PRUNE_BATCH, PRUNE_LIMIT = 250, 50_000
 
 
 # pg_advisory_xact_lock key of claims with a per-organization cap ("LRGSJOBS" in ASCII).
@@ -225,10 +225,11 @@ def prune_finished(engine: Engine, *, ran_before, limit: int = PRUNE_LIMIT) -> i
     Without it the table gains a row per email and per webhook event forever, and every index
     an order and a claim write grows with it. Each batch is a short transaction over one range
     of the claim index (status, lane, run_after), so it never walks the jobs it keeps, and
-    SQLite's write lock is held a few milliseconds at a time. Queued and running jobs, and the
+    holds SQLite's write lock about 5 ms (docs/delivery.md). Queued and running jobs, and the
     periodic sweep (always queued or running), are never touched.
     """
     deleted = 0
+    postgresql = engine.dialect.name == "postgresql"
     for status in (DONE, DEAD):
         for lane in (MAIL, *sorted(set(LANES.values()))):
             while deleted < limit:
@@ -237,11 +238,15 @@ def prune_finished(engine: Engine, *, ran_before, limit: int = PRUNE_LIMIT) -> i
                           .where(jobs.c.status == status, jobs.c.lane == lane, jobs.c.run_after < ran_before)
                           .order_by(jobs.c.run_after, jobs.c.id).limit(batch))
                 with db.write(engine) as conn:
-                    # The status again: a job requeued between the subquery's read and the delete stays.
-                    gone = conn.execute(delete(jobs).where(jobs.c.id.in_(oldest.scalar_subquery()),
-                                                           jobs.c.status == status)).rowcount
-                deleted += gone
-                if gone < batch:
+                    # Held until the delete (FOR UPDATE on PostgreSQL, SQLite's write lock): a
+                    # `jobs retry` of one of them waits, then finds it gone. The delete names
+                    # the rows by id alone: with a status condition SQLite walked every done job.
+                    ids = list(conn.execute(oldest.with_for_update(skip_locked=True) if postgresql else oldest)
+                               .scalars())
+                    if ids:
+                        conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+                deleted += len(ids)
+                if len(ids) < batch:
                     break
     return deleted
 
