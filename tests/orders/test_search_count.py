@@ -6,7 +6,7 @@ rewards shows both sides (the server runs in this process)."""
 from __future__ import annotations
 
 from largesse.orders import repository
-from tests.factories import make_field, ok, place
+from tests.factories import make_campaign, make_field, ok, place
 
 
 def test_total_count_is_exact_near_the_end_and_a_growing_lower_bound_before(org, http, monkeypatch):
@@ -95,3 +95,30 @@ def test_two_label_total_count_examines_a_bounded_number_of_the_first_labels_rew
         assert seen_ids == [sales[i]["id"] for i in emea]
     monkeypatch.setattr(repository, "COUNT_HORIZON", 1000)
     assert page(0)["total_count"] == 3
+
+
+def test_order_list_total_count_follows_the_same_rule(org, http, monkeypatch):
+    """GET /orders counts as GET /rewards does: exact within COUNT_HORIZON rows past the offset,
+    a growing lower bound before; filters count too."""
+    campaign = make_campaign(http)
+    ids = [place(http, org.member_email, campaign_id=campaign["id"])["id"] for _ in range(6)]
+    monkeypatch.setattr(repository, "COUNT_HORIZON", 3)
+
+    def page(offset: int, **params) -> dict:
+        return ok(http.get("/orders", params={"campaign_id": campaign["id"], "limit": 2, "offset": offset,
+                                              **params}))
+
+    assert page(0)["total_count"] == 4  # 0 + 3 + 1: more than the page, fewer than the 6 orders
+    assert page(2)["total_count"] == 6 and page(4)["total_count"] == 6  # within 3 past the offset: exact
+    assert page(10) == {"orders": [], "total_count": 6}  # past the end: still exact
+    seen, offset = [], 0
+    while True:  # paging until offset >= total_count reaches every order, newest first
+        body = page(offset)
+        seen += [o["id"] for o in body["orders"]]
+        offset += 2
+        if offset >= body["total_count"]:
+            break
+    assert sorted(seen) == sorted(ids)
+    assert page(0, external_id="no-such-order") == {"orders": [], "total_count": 0}
+    monkeypatch.setattr(repository, "COUNT_HORIZON", 1000)
+    assert page(0)["total_count"] == 6

@@ -106,22 +106,43 @@ def get_order(conn: Connection, org: str, id_or_external_id: str):
 
 def list_orders(conn: Connection, org: str, *, offset: int, limit: int, campaign_id: str | None,
                 external_id: str | None, created_gte: datetime | None, created_lte: datetime | None):
-    conditions = [orders.c.organization_id == org]
-    if campaign_id is not None:
-        conditions.append(orders.c.campaign_id == campaign_id)
-    if external_id is not None:
-        conditions.append(orders.c.external_id == external_id)
-    if created_gte is not None:
-        conditions.append(orders.c.created_at >= created_gte)
-    if created_lte is not None:
-        conditions.append(orders.c.created_at <= created_lte)
-    where = and_(*conditions)
-    total = conn.execute(select(func.count()).select_from(orders).where(where)).scalar_one()
-    rows = conn.execute(
-        select(orders).where(where).order_by(orders.c.created_at.desc(), orders.c.id.desc())
-        .offset(offset).limit(limit)
-    ).all()
-    return rows, total
+    """(the page's orders, newest first; the bounded total_count, as GET /rewards counts).
+
+    An exact count walked every order of the organization: with 100,000 orders on PostgreSQL
+    right after a bulk load, 10-15 ms for the count and 24-28 ms for a page planned as a bitmap
+    scan and a sort (docs/benchmarks.md); the page walks ix_orders_org_created now."""
+    db.index_walks(conn)
+    filters = {"campaign_id": campaign_id, "external_id": external_id, "created_gte": created_gte,
+               "created_lte": created_lte}
+    counts, page = _order_list_statements(tuple(name for name, value in filters.items() if value is not None))
+    params = {"org": org, "offset": offset, "limit": limit, **count_params(offset),
+              **{name: value for name, value in filters.items() if value is not None}}
+    rows = conn.execute(page, params).all()
+    seen = len(rows) if len(rows) < limit and (rows or not offset) else None  # a page that is not full ends the list
+    return rows, bounded_count(conn, counts, offset, params, seen=seen)
+
+
+_order_lists: dict[tuple[str, ...], tuple] = {}
+
+
+def _order_list_statements(filters: tuple[str, ...]) -> tuple:
+    """(bounded_count's statements, the page) of GET /orders with these filters, built once."""
+    built = _order_lists.get(filters)
+    if built is not None:
+        return built
+    conditions = [orders.c.organization_id == bindparam("org")]
+    if "campaign_id" in filters:
+        conditions.append(orders.c.campaign_id == bindparam("campaign_id"))
+    if "external_id" in filters:
+        conditions.append(orders.c.external_id == bindparam("external_id"))
+    if "created_gte" in filters:
+        conditions.append(orders.c.created_at >= bindparam("created_gte", type_=DateTime))
+    if "created_lte" in filters:
+        conditions.append(orders.c.created_at <= bindparam("created_lte", type_=DateTime))
+    page = (select(orders).where(*conditions).order_by(orders.c.created_at.desc(), orders.c.id.desc())
+            .offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
+    built = _order_lists[filters] = (count_statements(select(orders.c.id).where(*conditions)), page)
+    return built
 
 
 def get_reward(conn: Connection, org: str, reward_id: str):
