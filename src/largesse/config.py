@@ -37,6 +37,9 @@ class Settings:
     # their niceness: background work that yields the CPU to the API when both want it (0: none).
     delivery_processes: int = 1
     delivery_nice: int = 10
+    # How long supervised delivery may defer to a burst of requests before it catches up
+    # (delivery/yielding.py; 0: never defer).
+    delivery_yield_seconds: float = 10.0
     # Delivery worker (docs/delivery.md): threads per process, polling, leases, retries.
     worker_concurrency: int = 2
     worker_poll_seconds: float = 1.0
@@ -122,6 +125,7 @@ class Settings:
             run_worker=get("RUN_WORKER", "1") not in ("0", "false", "no"),
             delivery_processes=int(get("DELIVERY_PROCESSES", "1")),
             delivery_nice=_niceness(get("DELIVERY_NICE", "10")),
+            delivery_yield_seconds=float(get("DELIVERY_YIELD_SECONDS", "10")),
             worker_concurrency=int(get("WORKER_CONCURRENCY", "2")),
             worker_poll_seconds=float(get("WORKER_POLL_SECONDS", "1")),
             webhook_concurrency=int(get("WEBHOOK_CONCURRENCY", "2")),

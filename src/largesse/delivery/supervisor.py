@@ -22,6 +22,8 @@ process only waits on it.
   burst, then drains. It is never starved: at niceness 10 a busy process still gets about a
   tenth of a contended core (CFS weights 110 against 1024), and all of an idle one. Measured
   (docs/benchmarks.md): SQLite with delivery on, 891 -> 975 orders/s and p99 47 -> 43 ms.
+  Niceness does not reach the database; the child also defers its batches to a busy API for
+  a bounded time (delivery/yielding.py, LARGESSE_DELIVERY_YIELD_SECONDS).
 - No orphans: the child asks Linux to SIGKILL it when its parent dies (prctl
   PR_SET_PDEATHSIG, so a SIGKILLed server takes its delivery with it, and its jobs are
   reclaimed after their lease as before), and also exits by itself if its parent changes

@@ -37,6 +37,7 @@ from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.tasks import Context, complete_sent, prepare_batch, run_claimed
 from largesse.delivery.transport import open_transport
+from largesse.delivery.yielding import ApiLoad
 
 log = logging.getLogger("largesse.delivery")
 
@@ -109,6 +110,8 @@ class Worker:
         self._held_lock = threading.Lock()
         self._beat_stop = threading.Event()
         self._beat: threading.Thread | None = None
+        # A child of `largesse serve` waits between batches while the API saturates the machine.
+        self.api_load = ApiLoad.for_supervised_child(settings.delivery_yield_seconds)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -170,8 +173,12 @@ class Worker:
         backoff = self.settings.worker_poll_seconds
         try:
             while not self.stopping.is_set():
+                if self.api_load is not None and not once:
+                    self.api_load.wait_while_busy(lane, self.stopping)
                 try:
                     done = self._step(ctx, lane)
+                    if self.api_load is not None and done < BATCH[lane]:
+                        self.api_load.caught_up(lane)
                     self.outage.ok()
                     backoff = self.settings.worker_poll_seconds
                 except Exception as exc:

@@ -1,0 +1,130 @@
+"""Supervised delivery defers to a burst of requests, for a bounded time.
+
+Niceness (supervisor.lower_priority) gives requests the CPU when both want it, but not the
+database: the delivery process's statements run in its PostgreSQL backend at full priority,
+and on SQLite they take the same write lock as the orders. In a burst of orders, sending each
+email as it is queued cost a quarter of the API's throughput (PostgreSQL, 2 API processes:
+1,104 orders/s with delivery off, 829 with it on; docs/benchmarks.md). Delivery is background
+work: it can wait for a short burst to pass, as long as it never falls behind for good.
+
+So a delivery child of `largesse serve`, before each batch, checks whether the server's own
+processes (the API: the supervisor's process and its children but the delivery processes)
+used at least API_SHARE of the cores they can use (min(API processes, CPUs)) over the last
+WINDOW seconds (/proc). While they do, its threads wait; but a lane defers at most
+LARGESSE_DELIVERY_YIELD_SECONDS (default 10) in a row: then it sends at full speed until it
+has caught up (a claim that does not fill its batch: the queue is empty), and only then may
+it defer again. A burst shorter than that is absorbed by the queue and sent right after it;
+under sustained load, emails go out at most that much later than without deferring, and the
+queue never grows without bound because of it.
+
+Linux only (/proc); elsewhere, and for a standalone `largesse worker`, delivery never waits.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+WINDOW = 0.2  # seconds between two readings of the counters
+API_SHARE = 0.4  # the API is busy at this share of the cores it can use
+REFRESH = 2.0  # seconds between two listings of the server's processes (a worker restarts)
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class ApiLoad:
+    """Whether the server `server_pid` (its process and its non-delivery children) is busy,
+    and each lane's deferral budget. Thread-safe; reads the counters at most once per WINDOW."""
+
+    def __init__(self, server_pid: int, *, budget: float, proc: Path = Path("/proc")):
+        self.server_pid = server_pid
+        self.budget = budget
+        self.proc = proc
+        self.cpus = os.cpu_count() or 1
+        self._lock = threading.Lock()
+        self._pids: list[int] = []
+        self._children = 0
+        self._listed = -REFRESH
+        self._last: tuple[float, int] | None = None  # (when, the API's CPU ticks)
+        self._busy = False
+        # Per lane: when its current deferral began (None: not deferring), and whether it
+        # spent its budget and must catch up before deferring again.
+        self._since: dict[str, float | None] = {}
+        self._owing: set[str] = set()
+
+    @classmethod
+    def for_supervised_child(cls, budget: float) -> ApiLoad | None:
+        from largesse.delivery.supervisor import SUPERVISOR_ENV
+
+        raw = os.environ.get(SUPERVISOR_ENV, "")
+        if budget <= 0 or not raw.isdigit() or not Path("/proc/self/stat").exists():
+            return None
+        return cls(int(raw), budget=budget)
+
+    def busy(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if self._last is not None and now - self._last[0] < WINDOW:
+                return self._busy
+            try:
+                reading = (now, self._api_ticks(now))
+            except OSError:  # a process gone between the listing and the reading: next time
+                self._listed = -REFRESH
+                return self._busy
+            if self._last is not None:
+                cores = (reading[1] - self._last[1]) / _TICKS / (reading[0] - self._last[0])
+                usable = min(max(1, self._children), self.cpus)  # `serve --workers N`: its N children
+                self._busy = cores >= API_SHARE * usable
+            self._last = reading
+            return self._busy
+
+    def wait_while_busy(self, lane: str, stopping: threading.Event) -> None:
+        """Return once the API is not busy, the lane's budget is spent, or stopping is set."""
+        while not stopping.is_set() and self.busy():
+            with self._lock:
+                if lane in self._owing:
+                    return
+                now = time.monotonic()
+                since = self._since.get(lane)
+                if since is None:
+                    since = self._since[lane] = now
+                if now - since >= self.budget:
+                    self._owing.add(lane)
+                    self._since[lane] = None
+                    return
+            stopping.wait(WINDOW / 2)
+
+    def caught_up(self, lane: str) -> None:
+        """The lane's queue is empty (a claim did not fill its batch): it may defer again."""
+        if lane in self._owing or self._since.get(lane) is not None:
+            with self._lock:
+                self._owing.discard(lane)
+                self._since[lane] = None
+
+    def _api_ticks(self, now: float) -> int:
+        if now - self._listed >= REFRESH:
+            children = self._api_children()
+            self._pids, self._children = [self.server_pid, *children], len(children)
+            self._listed = now
+        total = 0
+        for pid in self._pids:
+            fields = (self.proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime: every thread of the process
+        return total
+
+    def _api_children(self) -> list[int]:
+        """The server's child processes but the delivery ones (a scan of /proc: not every
+        kernel has /proc/PID/task/TID/children)."""
+        api = []
+        for entry in self.proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if parent != self.server_pid or b"largesse\0worker" in (entry / "cmdline").read_bytes():
+                    continue
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            api.append(int(entry.name))
+        return api

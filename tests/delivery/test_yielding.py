@@ -1,0 +1,123 @@
+"""Supervised delivery defers to a busy API for a bounded time (delivery/yielding.py).
+
+The API is stood in for by real processes: one that keeps a core busy, one that sleeps; the
+deferral logic reads their CPU time from /proc as it reads the server's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from largesse.config import Settings
+from largesse.delivery.yielding import ApiLoad
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+
+SPIN = "import time\nwhile True:\n    pass\n"
+SLEEP = "import time\ntime.sleep(60)\n"
+
+
+def _process(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def _until(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_delivery_defers_to_a_busy_api_for_its_budget_then_catches_up():
+    server = _process(SPIN)
+    try:
+        load = ApiLoad(server.pid, budget=0.6)
+        assert _until(load.busy), "a process spinning a core was not seen busy"
+        stopping = threading.Event()
+        started = time.monotonic()
+        load.wait_while_busy("mail", stopping)
+        waited = time.monotonic() - started
+        assert 0.5 <= waited < 5, waited  # deferred, for about its budget
+        # The budget is spent: the lane sends at full speed, however busy the API, until it has
+        # caught up; another lane has a budget of its own.
+        started = time.monotonic()
+        load.wait_while_busy("mail", stopping)
+        assert time.monotonic() - started < 0.3
+        load.caught_up("mail")  # its queue ran empty: it may defer again
+        started = time.monotonic()
+        load.wait_while_busy("mail", stopping)
+        assert time.monotonic() - started >= 0.5
+        # Stopping ends a wait at once.
+        load.caught_up("mail")
+        stopping.set()
+        started = time.monotonic()
+        load.wait_while_busy("mail", stopping)
+        assert time.monotonic() - started < 0.3
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_an_idle_api_never_makes_delivery_wait():
+    server = _process(SLEEP)
+    try:
+        load = ApiLoad(server.pid, budget=5)
+        time.sleep(0.5)
+        for _ in range(3):
+            started = time.monotonic()
+            load.wait_while_busy("mail", threading.Event())
+            assert time.monotonic() - started < 0.3
+            time.sleep(0.25)
+        assert not load.busy()
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+@pytest.mark.parametrize("command, counted", [("largesse worker", False), ("api worker", True)])
+def test_the_servers_children_count_as_the_api_but_its_delivery_processes(command, counted):
+    """A server's API may be its children (`serve --workers N`); its children whose command is
+    `largesse worker` are its delivery, whose own CPU must not make it defer."""
+    args = ", ".join(repr(a) for a in command.split())
+    parent = _process(
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'while True: pass', {args}])\n"
+        "time.sleep(60)\n")
+    try:
+        assert _until(lambda: _children(parent.pid))
+        load = ApiLoad(parent.pid, budget=5)
+        load.busy()
+        assert _until(load.busy, timeout=2) is counted
+    finally:
+        for child in _children(parent.pid):
+            subprocess.run(["kill", "-9", str(child)], check=False)
+        parent.kill()
+        parent.wait()
+
+
+def test_only_a_supervised_child_defers_and_zero_turns_it_off(monkeypatch):
+    monkeypatch.delenv("LARGESSE_SUPERVISOR_PID", raising=False)
+    assert ApiLoad.for_supervised_child(10) is None  # a standalone `largesse worker`
+    monkeypatch.setenv("LARGESSE_SUPERVISOR_PID", "1")
+    assert ApiLoad.for_supervised_child(10) is not None
+    assert ApiLoad.for_supervised_child(0) is None
+    assert Settings.from_env({}).delivery_yield_seconds == 10
+    assert Settings.from_env({"LARGESSE_DELIVERY_YIELD_SECONDS": "0"}).delivery_yield_seconds == 0
