@@ -3,12 +3,16 @@ sweep (delivery/jobs.prune_finished); queued and running jobs, recent ones and t
 
 from __future__ import annotations
 
+import secrets
+from collections import Counter
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import select, update
 
 from largesse import db
 from largesse.config import Settings
+from largesse.delivery.jobs import queued_row
 from largesse.delivery.models import jobs
 from largesse.timeutil import utcnow
 from tests.factories import ok, place
@@ -74,3 +78,45 @@ def test_job_retention_days_must_be_a_whole_number():
             raise AssertionError(f"{bad!r} was accepted")
     assert Settings.from_env({"LARGESSE_JOB_RETENTION_DAYS": "7"}).job_retention_days == 7
     assert Settings.from_env({}).job_retention_days == 30
+
+
+@pytest.fixture
+def empty_database(backend, tmp_path):
+    """A database of this backend of its own (`jobs retry --all-dead` takes every dead job of
+    the database, the other tests' too)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'retry.sqlite3'}"
+        return
+    import psycopg
+
+    from tests.conftest import PG_ADMIN_URL, _pg_reachable
+
+    if not _pg_reachable():
+        pytest.skip("PostgreSQL not reachable")
+    name = f"largesse_retry_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_retry_all_dead_takes_every_dead_job_and_nothing_else(empty_database, cli):
+    """Every dead job, and only those, among done and queued ones (read and requeued by id)."""
+    env = {"LARGESSE_DATABASE_URL": empty_database}
+    cli("db", "upgrade", env=env)
+    engine = db.make_engine(empty_database)
+    try:
+        long_ago = utcnow() - timedelta(days=2)
+        rows = [queued_row(kind="deliver_reward", run_after=long_ago, now=long_ago)
+                | {"status": status, "attempts": 8, "last_error": "550"}
+                for status in ["dead"] * 1_203 + ["done"] * 7 + ["queued"] * 5]
+        with db.write(engine) as conn:
+            conn.execute(jobs.insert(), rows)
+        assert "requeued 1203 jobs" in cli("jobs", "retry", "--all-dead", env=env).stdout
+        with db.read(engine) as conn:
+            after = Counter((r.status, r.attempts) for r in conn.execute(select(jobs.c.status, jobs.c.attempts)))
+        assert after == {("queued", 0): 1_203, ("done", 8): 7, ("queued", 8): 5}
+        assert "requeued 0 jobs" in cli("jobs", "retry", "--all-dead", env=env).stdout
+    finally:
+        engine.dispose()

@@ -101,15 +101,16 @@ def jobs_retry(
             if row.status != job_queue.DEAD:
                 fail(f"job {job_id} is {row.status}; only dead jobs are retried")
             ids = [job_id]
+        requeued = job_queue.requeue(conn, ids)
         reward_ids = list(conn.execute(
-            select(jobs.c.reward_id).where(jobs.c.id.in_(ids), jobs.c.kind == "deliver_reward",
-                                           jobs.c.reward_id.is_not(None))).scalars())
-        if reward_ids:
+            select(jobs.c.reward_id).where(jobs.c.id.in_(requeued), jobs.c.kind == "deliver_reward",
+                                           jobs.c.reward_id.is_not(None))).scalars()) if requeued else []
+        if reward_ids:  # their FAILED rewards are PENDING again
             conn.execute(update(rewards)
                          .where(rewards.c.id.in_(reward_ids), rewards.c.status == "ACTIVE",
                                 rewards.c.delivery_status == "FAILED")
                          .values(delivery_status="PENDING", delivery_error=None))
-        count = job_queue.requeue(conn, ids)
+    count = len(requeued)
     typer.echo(f"requeued {count} job{'s' if count != 1 else ''}")
 
 

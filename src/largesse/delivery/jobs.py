@@ -320,12 +320,20 @@ def get(conn: Connection, job_id: int):
     return conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
 
 
-def requeue(conn: Connection, job_ids: list[int]) -> int:
-    """Give dead (or done) jobs a fresh set of attempts, due now."""
+def requeue(conn: Connection, job_ids: list[int]) -> list[int]:
+    """Give the dead (or done) jobs among job_ids a fresh set of attempts, due now; returns
+    their ids. Read, then written, by id alone: with `id IN (...)` next to a status condition
+    SQLite walked the status index's every done job instead (212 ms for 20 jobs among 100,000
+    done, holding the write lock). On PostgreSQL the read locks the rows until the caller's
+    transaction ends."""
     if not job_ids:
-        return 0
-    now = utcnow()
-    return conn.execute(
-        update(jobs).where(jobs.c.id.in_(job_ids), jobs.c.status.in_((DEAD, DONE)))
-        .values(status=QUEUED, attempts=0, run_after=now, locked_by=None, locked_until=None, updated_at=now)
-    ).rowcount
+        return []
+    read = select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids))
+    if conn.dialect.name == "postgresql":
+        read = read.with_for_update()
+    ids = [row.id for row in conn.execute(read) if row.status in (DEAD, DONE)]
+    if ids:
+        now = utcnow()
+        conn.execute(update(jobs).where(jobs.c.id.in_(ids)).values(
+            status=QUEUED, attempts=0, run_after=now, locked_by=None, locked_until=None, updated_at=now))
+    return ids
