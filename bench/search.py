@@ -10,7 +10,7 @@ sizes, three queries with wrk:
   two-label  GET /rewards?Department=Sales&Region=EMEA  (2.5% match)
   list       GET /rewards                               (all rewards, newest first)
 
-each answering the default page (100 rewards) and total_count (bounded: repository.COUNT_HORIZON).
+each answering the default page (100 rewards) and total_count (bounded: paging.COUNT_HORIZON).
 "cold wall ms" is the median wall time of single requests right after the bulk load, before
 any ANALYZE (a fresh import); the wrk runs follow an ANALYZE. The EXPLAIN of the search
 query's statements is printed once per backend, to show which index they use.

@@ -1,11 +1,11 @@
 """GET /rewards total_count at scale (docs/api.md): exact when the matches end within
-repository.COUNT_HORIZON rows past the offset, otherwise a lower bound (offset + horizon + 1) that
+paging.COUNT_HORIZON rows past the offset, otherwise a lower bound (offset + horizon + 1) that
 still lets a client page to the end. The horizon is lowered to 3 here so that a handful of
 rewards shows both sides (the server runs in this process)."""
 
 from __future__ import annotations
 
-from largesse.orders import repository
+from largesse import paging
 from tests.factories import make_campaign, make_field, ok, place
 
 
@@ -14,7 +14,7 @@ def test_total_count_is_exact_near_the_end_and_a_growing_lower_bound_before(org,
     ids = [place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "Sales"}])["rewards"][0]["id"]
            for _ in range(6)]
     place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "Support"}])
-    monkeypatch.setattr(repository, "COUNT_HORIZON", 3)
+    monkeypatch.setattr(paging, "COUNT_HORIZON", 3)
     label = field["label"]
 
     def page(offset: int) -> dict:
@@ -35,7 +35,7 @@ def test_total_count_is_exact_near_the_end_and_a_growing_lower_bound_before(org,
         if offset >= body["total_count"]:
             break
     assert sorted(seen) == sorted(ids)  # each match once (ties in created_at order by id)
-    monkeypatch.setattr(repository, "COUNT_HORIZON", 1000)
+    monkeypatch.setattr(paging, "COUNT_HORIZON", 1000)
     assert page(0)["total_count"] == 6
 
 
@@ -54,7 +54,7 @@ def test_two_label_total_count_examines_a_bounded_number_of_the_first_labels_rew
     assert len(sales) == 10
     emea = [i for i, r in enumerate(sales) if {"label": region["label"], "value": "EMEA"}.items()
             <= {k: v for f in r["custom_fields"] if f["label"] == region["label"] for k, v in f.items()}.items()]
-    monkeypatch.setattr(repository, "COUNT_HORIZON", 3)
+    monkeypatch.setattr(paging, "COUNT_HORIZON", 3)
 
     def page(offset: int, limit: int = 2) -> dict:
         return ok(http.get("/rewards", params={dept["label"]: "Sales", region["label"]: "EMEA", "limit": limit,
@@ -93,7 +93,7 @@ def test_two_label_total_count_examines_a_bounded_number_of_the_first_labels_rew
             if offset >= body["total_count"]:
                 break
         assert seen_ids == [sales[i]["id"] for i in emea]
-    monkeypatch.setattr(repository, "COUNT_HORIZON", 1000)
+    monkeypatch.setattr(paging, "COUNT_HORIZON", 1000)
     assert page(0)["total_count"] == 3
 
 
@@ -102,7 +102,7 @@ def test_order_list_total_count_follows_the_same_rule(org, http, monkeypatch):
     a growing lower bound before; filters count too."""
     campaign = make_campaign(http)
     ids = [place(http, org.member_email, campaign_id=campaign["id"])["id"] for _ in range(6)]
-    monkeypatch.setattr(repository, "COUNT_HORIZON", 3)
+    monkeypatch.setattr(paging, "COUNT_HORIZON", 3)
 
     def page(offset: int, **params) -> dict:
         return ok(http.get("/orders", params={"campaign_id": campaign["id"], "limit": 2, "offset": offset,
@@ -120,5 +120,5 @@ def test_order_list_total_count_follows_the_same_rule(org, http, monkeypatch):
             break
     assert sorted(seen) == sorted(ids)
     assert page(0, external_id="no-such-order") == {"orders": [], "total_count": 0}
-    monkeypatch.setattr(repository, "COUNT_HORIZON", 1000)
+    monkeypatch.setattr(paging, "COUNT_HORIZON", 1000)
     assert page(0)["total_count"] == 6

@@ -5,7 +5,7 @@ import json
 import httpx
 from sqlalchemy import select
 
-from largesse import auth, db
+from largesse import auth, db, paging
 from largesse.delivery.models import jobs
 from tests.delivery.conftest import wait_for
 from tests.webhooks.kit import settle
@@ -18,7 +18,8 @@ def _job_status(engine, org_id: str) -> list[str]:
                             .order_by(jobs.c.id)).scalars().all()
 
 
-def test_failed_attempts_are_logged_and_the_event_resent(org, other_org, http, receiver, engine, fast):
+def test_failed_attempts_are_logged_and_the_event_resent(org, other_org, http, receiver, engine, fast,
+                                                         monkeypatch):
     settings = fast()
     settle(engine, settings)
     receiver.default = 500  # every attempt fails, until the receiver is fixed below
@@ -46,6 +47,14 @@ def test_failed_attempts_are_logged_and_the_event_resent(org, other_org, http, r
     assert http.get(base, params={"status": "SUCCEEDED"}).json()["total_count"] == 0
     assert http.get(base, params={"event_uuid": uuid, "limit": 1}).json()["total_count"] == 10
     assert http.get(f"{base}/{newest['id']}").json()["delivery"] == newest
+    # total_count as every list counts it (paging.COUNT_HORIZON, here 3): a lower bound while more
+    # than the horizon follows the offset, exact near the end and past it.
+    monkeypatch.setattr(paging, "COUNT_HORIZON", 3)
+    assert http.get(base, params={"limit": 2}).json()["total_count"] == 4
+    assert http.get(base, params={"limit": 2, "offset": 7}).json()["total_count"] == 10
+    assert http.get(base, params={"limit": 2, "offset": 50}).json() == {"deliveries": [], "total_count": 10}
+    assert http.get(base, params={"event_uuid": uuid, "status": "FAILED", "limit": 3}).json()["total_count"] == 4
+    monkeypatch.undo()
 
     # Another organization sees none of it.
     with other_org.http() as other:

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import aliased
 
-from largesse import db
+from largesse import db, paging
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.wire import REWARD_WIRE_COLUMNS, field_value_wire, order_to_wire, reward_to_wire, reward_wire
 from largesse.redemption.models import payouts
@@ -115,11 +115,10 @@ def list_orders(conn: Connection, org: str, *, offset: int, limit: int, campaign
     filters = {"campaign_id": campaign_id, "external_id": external_id, "created_gte": created_gte,
                "created_lte": created_lte}
     counts, page = _order_list_statements(tuple(name for name, value in filters.items() if value is not None))
-    params = {"org": org, "offset": offset, "limit": limit, **count_params(offset),
+    params = {"org": org, "offset": offset, "limit": limit, **paging.count_params(offset),
               **{name: value for name, value in filters.items() if value is not None}}
     rows = conn.execute(page, params).all()
-    seen = len(rows) if len(rows) < limit and (rows or not offset) else None  # a page that is not full ends the list
-    return rows, bounded_count(conn, counts, offset, params, seen=seen)
+    return rows, paging.page_total(conn, counts, params, offset=offset, limit=limit, page_len=len(rows))
 
 
 _order_lists: dict[tuple[str, ...], tuple] = {}
@@ -141,7 +140,7 @@ def _order_list_statements(filters: tuple[str, ...]) -> tuple:
         conditions.append(orders.c.created_at <= bindparam("created_lte", type_=DateTime))
     page = (select(orders).where(*conditions).order_by(orders.c.created_at.desc(), orders.c.id.desc())
             .offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
-    built = _order_lists[filters] = (count_statements(select(orders.c.id).where(*conditions)), page)
+    built = _order_lists[filters] = (paging.count_statements(select(orders.c.id).where(*conditions)), page)
     return built
 
 
@@ -149,47 +148,6 @@ def get_reward(conn: Connection, org: str, reward_id: str):
     return conn.execute(
         select(rewards).where(rewards.c.organization_id == org, rewards.c.id == reward_id)
     ).first()
-
-
-# How far past the requested offset total_count counts matches (docs/api.md, "total_count at scale").
-COUNT_HORIZON = 1_000
-
-
-def count_statements(matching) -> tuple:
-    """bounded_count's statements for `matching`, a select of the matches' IDs whose values are
-    bound parameters: (the count of the window past the offset, the count capped at the offset).
-    Built once per kind of list: built per request, they cost more CPU than the count itself."""
-    window = (matching.offset(bindparam("count_offset", type_=Integer))
-              .limit(bindparam("count_window", type_=Integer)).subquery())
-    capped = matching.limit(bindparam("count_limit", type_=Integer)).subquery()
-    return select(func.count()).select_from(window), select(func.count()).select_from(capped)
-
-
-def bounded_count(conn: Connection, counts: tuple, offset: int, params: dict, seen: int | None = None) -> int:
-    """total_count of a page at `offset`, at a cost bounded by COUNT_HORIZON, not by the matches.
-
-    Exact when the matches end within COUNT_HORIZON rows past `offset` (every list of up to
-    offset + COUNT_HORIZON matches, so every small list, gets its exact count). Otherwise a
-    lower bound, offset + COUNT_HORIZON + 1: more than the page holds, so a client that pages
-    until offset >= total_count reaches the end, and it grows as the client pages on. Counting
-    stops at the horizon instead of walking every match (10 % of a million rewards for a
-    common label), which kept a page's cost flat with the table's size.
-
-    `counts` comes from count_statements(matching), `params` binds matching's parameters (and
-    count_params(offset)'s); `seen`, the window's count when the caller's page statement
-    carried it already.
-    """
-    window, capped = counts
-    if seen is None:
-        seen = conn.execute(window, params).scalar_one()
-    if seen == 0 and offset:
-        # Past the end: the exact total is below offset; one count, bounded by offset itself.
-        return conn.execute(capped, {**params, "count_limit": offset}).scalar_one()
-    return offset + seen
-
-
-def count_params(offset: int) -> dict:
-    return {"count_offset": offset, "count_window": COUNT_HORIZON + 1}
 
 
 def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]], offset: int, limit: int,
@@ -209,15 +167,15 @@ def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]]
     """
     db.index_walks(conn)
     search = _search_statements(len(filters), conn.dialect.name == "postgresql")
-    params: dict = {"org": org, "offset": offset, "limit": limit, **count_params(offset)}
+    params: dict = {"org": org, "offset": offset, "limit": limit, **paging.count_params(offset)}
     for i, (label, value) in enumerate(filters):
         params[f"label{i}"], params[f"value{i}"] = label, value
     rows = conn.execute(search.page, params).all()
     wire = _page_to_wire(rows, created_format == "spec")
     if search.ahead is None:
-        total = bounded_count(conn, search.counts, offset, params, seen=rows[0][-1] if rows else 0)
-    elif len(wire) < limit:  # the matches end on this page (or before it)
-        total = offset + len(wire) if wire or not offset else bounded_count(conn, search.counts, offset, params, seen=0)
+        total = paging.bounded_count(conn, search.counts, offset, params, seen=rows[0][-1] if rows else 0)
+    elif len(wire) < limit:
+        total = paging.page_total(conn, search.counts, params, offset=offset, limit=limit, page_len=len(wire))
     else:
         total = offset + len(wire) + _count_ahead(conn, search.ahead, params, rows[-1])
     return wire, total
@@ -235,8 +193,8 @@ def _count_ahead(conn: Connection, ahead, params: dict, last_row) -> int:
     3 ms of SQLite's CPU per page at 100,000 rewards (docs/benchmarks.md), and without bound
     for a rare combination."""
     walked, matched = conn.execute(ahead, {**params, "after_created": last_row[_CREATED], "after_id": last_row[0],
-                                           "ahead_window": COUNT_HORIZON + 1}).one()
-    return max(matched, 1) if walked > COUNT_HORIZON else matched
+                                           "ahead_window": paging.COUNT_HORIZON + 1}).one()
+    return max(matched, 1) if walked > paging.COUNT_HORIZON else matched
 
 
 def _with_values(page, window_count):
@@ -324,7 +282,7 @@ def _search_statements(labels: int, postgresql: bool) -> _Search:
             window = (select(case((and_(*probes), 1)).label("matched")).where(*conditions, after)
                       .order_by(*newest_first).limit(bindparam("ahead_window", type_=Integer)).subquery())
             ahead = select(func.count(), func.count(window.c.matched))
-    counts = count_statements(matching)
+    counts = paging.count_statements(matching)
     page = _with_values(page.offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)),
                         counts[0] if ahead is None else None)
     built = _searches[(labels, postgresql)] = _Search(counts, page, ahead)

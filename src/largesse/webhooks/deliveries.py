@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, Integer, bindparam, delete, select
 
-from largesse import db
+from largesse import db, paging
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
 from largesse.errors import Conflict, NotFound, Unprocessable
@@ -55,19 +55,35 @@ def to_wire(row) -> dict:
 
 def page(conn: Connection, webhook_id: str, *, limit: int, offset: int, status: str | None = None,
          event_uuid: str | None = None) -> tuple[list, int]:
-    """Newest first; (rows, total_count)."""
-    where = [webhook_deliveries.c.webhook_id == webhook_id]
-    if status:
-        where.append(webhook_deliveries.c.status == status)
-    if event_uuid:
-        where.append(webhook_deliveries.c.event_uuid == event_uuid)
-    total = conn.execute(select(func.count()).select_from(webhook_deliveries).where(*where)).scalar_one()
-    rows = conn.execute(
-        select(webhook_deliveries).where(*where)
-        .order_by(webhook_deliveries.c.started_at.desc(), webhook_deliveries.c.id.desc())
-        .limit(limit).offset(offset)
-    ).all()
-    return rows, total
+    """Newest first; (rows, total_count), counted as every list counts (paging.bounded_count):
+    a month of a busy webhook's attempts is not walked for each page."""
+    db.index_walks(conn)
+    counts, statement = _page_statements(status is not None, event_uuid is not None)
+    params = {"webhook_id": webhook_id, "status": status, "event_uuid": event_uuid, "offset": offset,
+              "limit": limit, **paging.count_params(offset)}
+    rows = conn.execute(statement, params).all()
+    return rows, paging.page_total(conn, counts, params, offset=offset, limit=limit, page_len=len(rows))
+
+
+_pages: dict[tuple[bool, bool], tuple] = {}
+
+
+def _page_statements(by_status: bool, by_event: bool) -> tuple:
+    """(paging's count statements, the page) for these filters, built once."""
+    built = _pages.get((by_status, by_event))
+    if built is not None:
+        return built
+    where = [webhook_deliveries.c.webhook_id == bindparam("webhook_id")]
+    if by_status:
+        where.append(webhook_deliveries.c.status == bindparam("status"))
+    if by_event:
+        where.append(webhook_deliveries.c.event_uuid == bindparam("event_uuid"))
+    statement = (select(webhook_deliveries).where(*where)
+                 .order_by(webhook_deliveries.c.started_at.desc(), webhook_deliveries.c.id.desc())
+                 .offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
+    built = _pages[(by_status, by_event)] = (paging.count_statements(select(webhook_deliveries.c.id).where(*where)),
+                                             statement)
+    return built
 
 
 def get_or_404(conn: Connection, organization_id: str, webhook_id: str, delivery_id: str):

@@ -1,0 +1,60 @@
+"""`total_count` at scale: counts that stop COUNT_HORIZON rows past the requested offset.
+
+Every list of the API answers `total_count` (the official client types it an integer). An
+exact count walks every match: 10-15 ms for 100,000 orders on PostgreSQL, growing with the
+table. These count a window instead (docs/api.md, "total_count at scale"), so a page costs
+the same at 10,000 or 1,000,000 rows.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Integer, bindparam, func, select
+
+# How far past the requested offset total_count counts matches (docs/api.md, "total_count at scale").
+COUNT_HORIZON = 1_000
+
+
+def count_statements(matching) -> tuple:
+    """bounded_count's statements for `matching`, a select of the matches' IDs whose values are
+    bound parameters: (the count of the window past the offset, the count capped at the offset).
+    Built once per kind of list: built per request, they cost more CPU than the count itself."""
+    window = (matching.offset(bindparam("count_offset", type_=Integer))
+              .limit(bindparam("count_window", type_=Integer)).subquery())
+    capped = matching.limit(bindparam("count_limit", type_=Integer)).subquery()
+    return select(func.count()).select_from(window), select(func.count()).select_from(capped)
+
+
+def bounded_count(conn: Connection, counts: tuple, offset: int, params: dict, seen: int | None = None) -> int:
+    """total_count of a page at `offset`, at a cost bounded by COUNT_HORIZON, not by the matches.
+
+    Exact when the matches end within COUNT_HORIZON rows past `offset` (every list of up to
+    offset + COUNT_HORIZON matches, so every small list, gets its exact count). Otherwise a
+    lower bound, offset + COUNT_HORIZON + 1: more than the page holds, so a client that pages
+    until offset >= total_count reaches the end, and it grows as the client pages on. Counting
+    stops at the horizon instead of walking every match (10 % of a million rewards for a
+    common label), which kept a page's cost flat with the table's size.
+
+    `counts` comes from count_statements(matching), `params` binds matching's parameters (and
+    count_params(offset)'s); `seen`, the window's count when the caller's page statement
+    carried it already.
+    """
+    window, capped = counts
+    if seen is None:
+        seen = conn.execute(window, params).scalar_one()
+    if seen == 0 and offset:
+        # Past the end: the exact total is below offset; one count, bounded by offset itself.
+        return conn.execute(capped, {**params, "count_limit": offset}).scalar_one()
+    return offset + seen
+
+
+def count_params(offset: int) -> dict:
+    return {"count_offset": offset, "count_window": COUNT_HORIZON + 1}
+
+
+def page_total(conn: Connection, counts: tuple, params: dict, *, offset: int, limit: int, page_len: int) -> int:
+    """bounded_count of a page of `page_len` rows out of `limit` already read: a page that is
+    not full ends the list, so it needs no count (but a page past the end, whose total is
+    below the offset)."""
+    if page_len < limit:
+        return offset + page_len if page_len or not offset else bounded_count(conn, counts, offset, params, seen=0)
+    return bounded_count(conn, counts, offset, params)
