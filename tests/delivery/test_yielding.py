@@ -5,12 +5,14 @@ deferral logic reads their CPU time from /proc as it reads the server's."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from largesse.config import Settings
@@ -121,3 +123,30 @@ def test_only_a_supervised_child_defers_and_zero_turns_it_off(monkeypatch):
     assert ApiLoad.for_supervised_child(0) is None
     assert Settings.from_env({}).delivery_yield_seconds == 10
     assert Settings.from_env({"LARGESSE_DELIVERY_YIELD_SECONDS": "0"}).delivery_yield_seconds == 0
+
+
+def test_a_lone_email_is_not_deferred_however_busy_the_api(org, engine, database_url, fast, tmp_path):
+    """Deferring is for bursts (a claim that fills its batch): one order's email goes out at once
+    while a client polls its reward as fast as it can, which keeps the API's core busy."""
+    from tests.delivery.conftest import tagged
+    from tests.delivery.procs import Smtp, StallHandler, env_for, start_serve
+    from tests.delivery.test_recovery import order, settle
+
+    smtp = Smtp(StallHandler(stall=0))
+    proc = None
+    try:
+        settle(engine, fast, smtp.url)
+        # A deferral would last 30 s: the email must not wait for it.
+        proc, base = start_serve(env_for(database_url, smtp.url, delivery_yield_seconds=30), tmp_path / "serve.log")
+        with httpx.Client(base_url=f"{base}/api/v2", timeout=30,
+                          headers={"Authorization": f"Bearer {org.api_key}"}) as client:
+            for n in range(3):
+                [reward_id] = order(client, [tagged(org.member_email, f"lone{n}")])
+                started = time.monotonic()
+                while client.get(f"/rewards/{reward_id}").json()["reward"]["delivery"]["status"] != "SUCCEEDED":
+                    assert time.monotonic() - started < 15, "a lone email waited for the busy API"
+        assert proc.terminate() in (0, -signal.SIGTERM), proc.text()
+    finally:
+        if proc is not None:
+            proc.kill()
+        smtp.stop()

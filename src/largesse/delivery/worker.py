@@ -171,13 +171,18 @@ class Worker:
     def _loop(self, lane: str, once: bool) -> None:
         ctx = Context(self.engine, self.settings, self.id, open_transport(self.settings))
         backoff = self.settings.worker_poll_seconds
+        # Emails defer to a busy API only while they come faster than a batch per claim (a
+        # burst of orders): a lone email is sent at once, however busy the API (yielding.py).
+        defers = self.api_load is not None and not once and lane == job_queue.MAIL
+        backlog = False
         try:
             while not self.stopping.is_set():
-                if self.api_load is not None and not once:
+                if defers and backlog:
                     self.api_load.wait_while_busy(lane, self.stopping)
                 try:
                     done = self._step(ctx, lane)
-                    if self.api_load is not None and done < BATCH[lane]:
+                    backlog = done >= BATCH[lane]
+                    if defers and not backlog:
                         self.api_load.caught_up(lane)
                     self.outage.ok()
                     backoff = self.settings.worker_poll_seconds

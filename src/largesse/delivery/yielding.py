@@ -7,10 +7,12 @@ email as it is queued cost a quarter of the API's throughput (PostgreSQL, 2 API 
 1,104 orders/s with delivery off, 829 with it on; docs/benchmarks.md). Delivery is background
 work: it can wait for a short burst to pass, as long as it never falls behind for good.
 
-So a delivery child of `largesse serve`, before each batch, checks whether the server's own
-processes (the API: the supervisor's process and its children but the delivery processes)
-used at least API_SHARE of the cores they can use (min(API processes, CPUs)) over the last
-WINDOW seconds (/proc). While they do, its threads wait; but a lane defers at most
+So a delivery child of `largesse serve`, before each batch of emails while they arrive in a
+burst (its previous claim filled its batch: a lone email is sent at once, however busy the
+API), checks whether the server's own processes (the API: the supervisor's process and its
+children but the delivery processes) used at least API_SHARE of the cores they can use
+(min(API processes, CPUs)) over the last WINDOW seconds (/proc). While they do, its email
+threads wait (webhooks never do); but a lane defers at most
 LARGESSE_DELIVERY_YIELD_SECONDS (default 10) in a row: then it sends at full speed until it
 has caught up (a claim that does not fill its batch: the queue is empty), and only then may
 it defer again. A burst shorter than that is absorbed by the queue and sent right after it;
