@@ -7,6 +7,7 @@ Each test creates its own organization, so tests need no cleanup between them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -51,13 +52,21 @@ def database_url(request, tmp_path_factory):
         if REQUIRE_PG:
             pytest.fail(f"PostgreSQL is required (LARGESSE_REQUIRE_POSTGRES) but {PG_ADMIN_URL} is unreachable")
         pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}")
-    name = f"largesse_test_{secrets.token_hex(4)}"
+    with empty_pg_database("largesse_test") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def empty_pg_database(prefix: str):
+    """A new, empty PostgreSQL database (its URL), dropped afterwards."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

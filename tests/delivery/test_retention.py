@@ -3,7 +3,6 @@ sweep (delivery/jobs.prune_finished); queued and running jobs, recent ones and t
 
 from __future__ import annotations
 
-import secrets
 from collections import Counter
 from datetime import timedelta
 
@@ -15,6 +14,7 @@ from largesse.config import Settings
 from largesse.delivery.jobs import queued_row
 from largesse.delivery.models import jobs
 from largesse.timeutil import utcnow
+from tests.conftest import empty_pg_database
 from tests.factories import ok, place
 
 
@@ -87,18 +87,8 @@ def empty_database(backend, tmp_path):
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'retry.sqlite3'}"
         return
-    import psycopg
-
-    from tests.conftest import PG_ADMIN_URL, _pg_reachable
-
-    if not _pg_reachable():
-        pytest.skip("PostgreSQL not reachable")
-    name = f"largesse_retry_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with empty_pg_database("largesse_retry") as url:  # the backend fixture has checked it is reachable
+        yield url
 
 
 def test_retry_all_dead_takes_every_dead_job_and_nothing_else(empty_database, cli):

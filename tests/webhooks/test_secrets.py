@@ -1,6 +1,5 @@
 """Signing keys: hidden from read-only API keys, encrypted at rest, rotatable, migrated."""
 
-import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -99,20 +98,14 @@ def old_database(request, tmp_path):
         yield engine
         engine.dispose()
         return
-    import psycopg
-
-    from tests.conftest import PG_ADMIN_URL, _pg_reachable
+    from tests.conftest import _pg_reachable, empty_pg_database
 
     if not _pg_reachable():
         pytest.skip("PostgreSQL not reachable")
-    name = f"largesse_mig_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    engine = db.make_engine(PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
-    yield engine
-    engine.dispose()
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with empty_pg_database("largesse_mig") as url:
+        engine = db.make_engine(url)
+        yield engine
+        engine.dispose()
 
 
 def test_migration_encrypts_existing_plaintext_keys(old_database, monkeypatch):
