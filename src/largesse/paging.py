@@ -58,3 +58,29 @@ def page_total(conn: Connection, counts: tuple, params: dict, *, offset: int, li
     if page_len < limit:
         return offset + page_len if page_len or not offset else bounded_count(conn, counts, offset, params, seen=0)
     return bounded_count(conn, counts, offset, params)
+
+
+class Listing:
+    """A paged list of `table`'s rows in `order_by`, matching `where` and whichever of the
+    optional `filters` a request gives (conditions on bound parameters named as the filters),
+    with the bounded total_count. Its statements are built once per set of filters given."""
+
+    def __init__(self, table, where, filters: dict, order_by: tuple):
+        self.table, self.where, self.filters, self.order_by = table, where, filters, order_by
+        self._built: dict[tuple[str, ...], tuple] = {}
+
+    def page(self, conn: Connection, params: dict, *, offset: int, limit: int) -> tuple[list, int]:
+        """(rows at offset, at most limit of them; total_count); `params` binds `where` and the
+        filters, a filter whose value is None being left out."""
+        given = tuple(name for name in self.filters if params.get(name) is not None)
+        counts, statement = self._built.get(given) or self._build(given)
+        params = {**params, "offset": offset, "limit": limit, **count_params(offset)}
+        rows = conn.execute(statement, params).all()
+        return rows, page_total(conn, counts, params, offset=offset, limit=limit, page_len=len(rows))
+
+    def _build(self, given: tuple[str, ...]) -> tuple:
+        where = [self.where, *(self.filters[name] for name in given)]
+        statement = (select(self.table).where(*where).order_by(*self.order_by)
+                     .offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
+        built = self._built[given] = (count_statements(select(self.table.c.id).where(*where)), statement)
+        return built

@@ -112,36 +112,17 @@ def list_orders(conn: Connection, org: str, *, offset: int, limit: int, campaign
     right after a bulk load, 10-15 ms for the count and 24-28 ms for a page planned as a bitmap
     scan and a sort (docs/benchmarks.md); the page walks ix_orders_org_created now."""
     db.index_walks(conn)
-    filters = {"campaign_id": campaign_id, "external_id": external_id, "created_gte": created_gte,
-               "created_lte": created_lte}
-    counts, page = _order_list_statements(tuple(name for name, value in filters.items() if value is not None))
-    params = {"org": org, "offset": offset, "limit": limit, **paging.count_params(offset),
-              **{name: value for name, value in filters.items() if value is not None}}
-    rows = conn.execute(page, params).all()
-    return rows, paging.page_total(conn, counts, params, offset=offset, limit=limit, page_len=len(rows))
+    return _ORDER_LIST.page(conn, {"org": org, "campaign_id": campaign_id, "external_id": external_id,
+                                   "created_gte": created_gte, "created_lte": created_lte}, offset=offset, limit=limit)
 
 
-_order_lists: dict[tuple[str, ...], tuple] = {}
-
-
-def _order_list_statements(filters: tuple[str, ...]) -> tuple:
-    """(bounded_count's statements, the page) of GET /orders with these filters, built once."""
-    built = _order_lists.get(filters)
-    if built is not None:
-        return built
-    conditions = [orders.c.organization_id == bindparam("org")]
-    if "campaign_id" in filters:
-        conditions.append(orders.c.campaign_id == bindparam("campaign_id"))
-    if "external_id" in filters:
-        conditions.append(orders.c.external_id == bindparam("external_id"))
-    if "created_gte" in filters:
-        conditions.append(orders.c.created_at >= bindparam("created_gte", type_=DateTime))
-    if "created_lte" in filters:
-        conditions.append(orders.c.created_at <= bindparam("created_lte", type_=DateTime))
-    page = (select(orders).where(*conditions).order_by(orders.c.created_at.desc(), orders.c.id.desc())
-            .offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
-    built = _order_lists[filters] = (paging.count_statements(select(orders.c.id).where(*conditions)), page)
-    return built
+_ORDER_LIST = paging.Listing(
+    orders, orders.c.organization_id == bindparam("org"), {
+        "campaign_id": orders.c.campaign_id == bindparam("campaign_id"),
+        "external_id": orders.c.external_id == bindparam("external_id"),
+        "created_gte": orders.c.created_at >= bindparam("created_gte"),
+        "created_lte": orders.c.created_at <= bindparam("created_lte"),
+    }, order_by=(orders.c.created_at.desc(), orders.c.id.desc()))
 
 
 def get_reward(conn: Connection, org: str, reward_id: str):

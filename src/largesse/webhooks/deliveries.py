@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import Connection, Integer, bindparam, delete, select
+from sqlalchemy import Connection, bindparam, delete, select
 
 from largesse import db, paging
 from largesse.delivery import jobs as job_queue
@@ -58,32 +58,15 @@ def page(conn: Connection, webhook_id: str, *, limit: int, offset: int, status: 
     """Newest first; (rows, total_count), counted as every list counts (paging.bounded_count):
     a month of a busy webhook's attempts is not walked for each page."""
     db.index_walks(conn)
-    counts, statement = _page_statements(status is not None, event_uuid is not None)
-    params = {"webhook_id": webhook_id, "status": status, "event_uuid": event_uuid, "offset": offset,
-              "limit": limit, **paging.count_params(offset)}
-    rows = conn.execute(statement, params).all()
-    return rows, paging.page_total(conn, counts, params, offset=offset, limit=limit, page_len=len(rows))
+    return _LOG.page(conn, {"webhook_id": webhook_id, "status": status, "event_uuid": event_uuid},
+                     offset=offset, limit=limit)
 
 
-_pages: dict[tuple[bool, bool], tuple] = {}
-
-
-def _page_statements(by_status: bool, by_event: bool) -> tuple:
-    """(paging's count statements, the page) for these filters, built once."""
-    built = _pages.get((by_status, by_event))
-    if built is not None:
-        return built
-    where = [webhook_deliveries.c.webhook_id == bindparam("webhook_id")]
-    if by_status:
-        where.append(webhook_deliveries.c.status == bindparam("status"))
-    if by_event:
-        where.append(webhook_deliveries.c.event_uuid == bindparam("event_uuid"))
-    statement = (select(webhook_deliveries).where(*where)
-                 .order_by(webhook_deliveries.c.started_at.desc(), webhook_deliveries.c.id.desc())
-                 .offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
-    built = _pages[(by_status, by_event)] = (paging.count_statements(select(webhook_deliveries.c.id).where(*where)),
-                                             statement)
-    return built
+_LOG = paging.Listing(
+    webhook_deliveries, webhook_deliveries.c.webhook_id == bindparam("webhook_id"), {
+        "status": webhook_deliveries.c.status == bindparam("status"),
+        "event_uuid": webhook_deliveries.c.event_uuid == bindparam("event_uuid"),
+    }, order_by=(webhook_deliveries.c.started_at.desc(), webhook_deliveries.c.id.desc()))
 
 
 def get_or_404(conn: Connection, organization_id: str, webhook_id: str, delivery_id: str):
