@@ -44,23 +44,23 @@ def test_delivery_defers_to_a_busy_api_for_its_budget_then_catches_up():
         assert _until(load.busy), "a process spinning a core was not seen busy"
         stopping = threading.Event()
         started = time.monotonic()
-        load.wait_while_busy("mail", stopping)
+        load.wait_while_busy(stopping)
         waited = time.monotonic() - started
         assert 0.5 <= waited < 5, waited  # deferred, for about its budget
-        # The budget is spent: the lane sends at full speed, however busy the API, until it has
-        # caught up; another lane has a budget of its own.
+        # The budget is spent: emails go at full speed, however busy the API, until the queue
+        # has caught up.
         started = time.monotonic()
-        load.wait_while_busy("mail", stopping)
+        load.wait_while_busy(stopping)
         assert time.monotonic() - started < 0.3
-        load.caught_up("mail")  # its queue ran empty: it may defer again
+        load.caught_up()  # its queue ran empty: it may defer again
         started = time.monotonic()
-        load.wait_while_busy("mail", stopping)
+        load.wait_while_busy(stopping)
         assert time.monotonic() - started >= 0.5
         # Stopping ends a wait at once.
-        load.caught_up("mail")
+        load.caught_up()
         stopping.set()
         started = time.monotonic()
-        load.wait_while_busy("mail", stopping)
+        load.wait_while_busy(stopping)
         assert time.monotonic() - started < 0.3
     finally:
         server.kill()
@@ -74,7 +74,7 @@ def test_an_idle_api_never_makes_delivery_wait():
         time.sleep(0.5)
         for _ in range(3):
             started = time.monotonic()
-            load.wait_while_busy("mail", threading.Event())
+            load.wait_while_busy(threading.Event())
             assert time.monotonic() - started < 0.3
             time.sleep(0.25)
         assert not load.busy()

@@ -178,12 +178,12 @@ class Worker:
         try:
             while not self.stopping.is_set():
                 if defers and backlog:
-                    self.api_load.wait_while_busy(lane, self.stopping)
+                    self.api_load.wait_while_busy(self.stopping)
                 try:
                     done = self._step(ctx, lane)
                     backlog = done >= BATCH[lane]
                     if defers and not backlog:
-                        self.api_load.caught_up(lane)
+                        self.api_load.caught_up()
                     self.outage.ok()
                     backoff = self.settings.worker_poll_seconds
                 except Exception as exc:

@@ -12,7 +12,7 @@ burst (its previous claim filled its batch: a lone email is sent at once, howeve
 API), checks whether the server's own processes (the API: the supervisor's process and its
 children but the delivery processes) used at least API_SHARE of the cores they can use
 (min(API processes, CPUs)) over the last WINDOW seconds (/proc). While they do, its email
-threads wait (webhooks never do); but a lane defers at most
+threads wait (webhooks never do); but they defer at most
 LARGESSE_DELIVERY_YIELD_SECONDS (default 10) in a row: then it sends at full speed until it
 has caught up (a claim that does not fill its batch: the queue is empty), and only then may
 it defer again. A burst shorter than that is absorbed by the queue and sent right after it;
@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from largesse.delivery.supervisor import SUPERVISOR_ENV
+
 WINDOW = 0.2  # seconds between two readings of the counters
 API_SHARE = 0.4  # the API is busy at this share of the cores it can use
 REFRESH = 2.0  # seconds between two listings of the server's processes (a worker restarts)
@@ -37,7 +39,8 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 class ApiLoad:
     """Whether the server `server_pid` (its process and its non-delivery children) is busy,
-    and each lane's deferral budget. Thread-safe; reads the counters at most once per WINDOW."""
+    and the email threads' deferral budget. Thread-safe; reads the counters at most once per
+    WINDOW."""
 
     def __init__(self, server_pid: int, *, budget: float, proc: Path = Path("/proc")):
         self.server_pid = server_pid
@@ -45,20 +48,17 @@ class ApiLoad:
         self.proc = proc
         self.cpus = os.cpu_count() or 1
         self._lock = threading.Lock()
-        self._pids: list[int] = []
-        self._children = 0
+        self._pids: list[int] = []  # the server's, then its API children's
         self._listed = -REFRESH
         self._last: tuple[float, int] | None = None  # (when, the API's CPU ticks)
         self._busy = False
-        # Per lane: when its current deferral began (None: not deferring), and whether it
-        # spent its budget and must catch up before deferring again.
-        self._since: dict[str, float | None] = {}
-        self._owing: set[str] = set()
+        # When the current deferral began (None: not deferring), and whether the budget is
+        # spent, so that the queue must be caught up before deferring again.
+        self._since: float | None = None
+        self._owing = False
 
     @classmethod
     def for_supervised_child(cls, budget: float) -> ApiLoad | None:
-        from largesse.delivery.supervisor import SUPERVISOR_ENV
-
         raw = os.environ.get(SUPERVISOR_ENV, "")
         if budget <= 0 or not raw.isdigit() or not Path("/proc/self/stat").exists():
             return None
@@ -76,42 +76,37 @@ class ApiLoad:
                 return self._busy
             if self._last is not None:
                 cores = (reading[1] - self._last[1]) / _TICKS / (reading[0] - self._last[0])
-                usable = min(max(1, self._children), self.cpus)  # `serve --workers N`: its N children
+                usable = min(max(1, len(self._pids) - 1), self.cpus)  # `serve --workers N`: its N children
                 self._busy = cores >= API_SHARE * usable
             self._last = reading
             return self._busy
 
-    def wait_while_busy(self, lane: str, stopping: threading.Event) -> None:
-        """Return once the API is not busy, the lane's budget is spent, or stopping is set."""
+    def wait_while_busy(self, stopping: threading.Event) -> None:
+        """Return once the API is not busy, the budget is spent, or stopping is set."""
         while not stopping.is_set() and self.busy():
             with self._lock:
-                if lane in self._owing:
+                if self._owing:
                     return
                 now = time.monotonic()
-                since = self._since.get(lane)
-                if since is None:
-                    since = self._since[lane] = now
-                if now - since >= self.budget:
-                    self._owing.add(lane)
-                    self._since[lane] = None
+                if self._since is None:
+                    self._since = now
+                if now - self._since >= self.budget:
+                    self._owing, self._since = True, None
                     return
             stopping.wait(WINDOW / 2)
 
-    def caught_up(self, lane: str) -> None:
-        """The lane's queue is empty (a claim did not fill its batch): it may defer again."""
-        if lane in self._owing or self._since.get(lane) is not None:
-            with self._lock:
-                self._owing.discard(lane)
-                self._since[lane] = None
+    def caught_up(self) -> None:
+        """The queue is empty (a claim did not fill its batch): delivery may defer again."""
+        with self._lock:
+            self._owing, self._since = False, None
 
     def _api_ticks(self, now: float) -> int:
         if now - self._listed >= REFRESH:
-            children = self._api_children()
-            self._pids, self._children = [self.server_pid, *children], len(children)
+            self._pids = [self.server_pid, *self._api_children()]
             self._listed = now
         total = 0
         for pid in self._pids:
-            fields = (self.proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat(self.proc / str(pid))
             total += int(fields[11]) + int(fields[12])  # utime, stime: every thread of the process
         return total
 
@@ -123,10 +118,15 @@ class ApiLoad:
             if not entry.name.isdigit():
                 continue
             try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parent = int(_stat(entry)[1])
                 if parent != self.server_pid or b"largesse\0worker" in (entry / "cmdline").read_bytes():
                     continue
             except (OSError, ValueError, IndexError):
                 continue  # gone meanwhile
             api.append(int(entry.name))
         return api
+
+
+def _stat(process: Path) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (which may hold spaces): state, ppid, ..."""
+    return (process / "stat").read_text().rsplit(")", 1)[1].split()
