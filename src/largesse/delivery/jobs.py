@@ -22,6 +22,7 @@ the new owner's result.
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 from sqlalchemy import Connection, Engine, delete, func, or_, select, update
@@ -225,29 +226,26 @@ def prune_finished(engine: Engine, *, ran_before, limit: int = PRUNE_LIMIT) -> i
     Without it the table gains a row per email and per webhook event forever, and every index
     an order and a claim write grows with it. Each batch is a short transaction over one range
     of the claim index (status, lane, run_after), so it never walks the jobs it keeps, and
-    holds SQLite's write lock about 5 ms (docs/delivery.md). Queued and running jobs, and the
+    holds SQLite's write lock about 2 ms (docs/delivery.md). Queued and running jobs, and the
     periodic sweep (always queued or running), are never touched.
     """
     deleted = 0
-    postgresql = engine.dialect.name == "postgresql"
-    for status in (DONE, DEAD):
-        for lane in (MAIL, *sorted(set(LANES.values()))):
-            while deleted < limit:
-                batch = min(PRUNE_BATCH, limit - deleted)
-                oldest = (select(jobs.c.id)
-                          .where(jobs.c.status == status, jobs.c.lane == lane, jobs.c.run_after < ran_before)
-                          .order_by(jobs.c.run_after, jobs.c.id).limit(batch))
-                with db.write(engine) as conn:
-                    # Held until the delete (FOR UPDATE on PostgreSQL, SQLite's write lock): a
-                    # `jobs retry` of one of them waits, then finds it gone. The delete names
-                    # the rows by id alone: with a status condition SQLite walked every done job.
-                    ids = list(conn.execute(oldest.with_for_update(skip_locked=True) if postgresql else oldest)
-                               .scalars())
-                    if ids:
-                        conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
-                deleted += len(ids)
-                if len(ids) < batch:
-                    break
+    for status, lane in itertools.product((DONE, DEAD), (MAIL, WEBHOOK)):
+        while deleted < limit:
+            batch = min(PRUNE_BATCH, limit - deleted)
+            # Held until the delete (FOR UPDATE on PostgreSQL, SQLite's write lock): a `jobs
+            # retry` of one of them waits, then finds it gone. The delete names the rows by id
+            # alone: with a status condition SQLite walked every done job.
+            oldest = (select(jobs.c.id)
+                      .where(jobs.c.status == status, jobs.c.lane == lane, jobs.c.run_after < ran_before)
+                      .order_by(jobs.c.run_after, jobs.c.id).limit(batch).with_for_update(skip_locked=True))
+            with db.write(engine) as conn:
+                ids = list(conn.execute(oldest).scalars())
+                if ids:
+                    conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+            deleted += len(ids)
+            if len(ids) < batch:
+                break
     return deleted
 
 
@@ -328,9 +326,7 @@ def requeue(conn: Connection, job_ids: list[int]) -> list[int]:
     transaction ends."""
     if not job_ids:
         return []
-    read = select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids))
-    if conn.dialect.name == "postgresql":
-        read = read.with_for_update()
+    read = select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids)).with_for_update()
     ids = [row.id for row in conn.execute(read) if row.status in (DEAD, DONE)]
     if ids:
         now = utcnow()
