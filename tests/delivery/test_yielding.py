@@ -52,12 +52,12 @@ def test_delivery_defers_to_a_busy_api_for_its_budget_then_catches_up():
         started = time.monotonic()
         load.wait_while_busy(stopping)
         assert time.monotonic() - started < 0.3
-        load.caught_up()  # its queue ran empty: it may defer again
+        load.claimed(3, full=False)  # its queue ran empty: it may defer again
         started = time.monotonic()
         load.wait_while_busy(stopping)
         assert time.monotonic() - started >= 0.5
         # Stopping ends a wait at once.
-        load.caught_up()
+        load.claimed(0, full=False)
         stopping.set()
         started = time.monotonic()
         load.wait_while_busy(stopping)
@@ -150,3 +150,25 @@ def test_a_lone_email_is_not_deferred_however_busy_the_api(org, engine, database
         if proc is not None:
             proc.kill()
         smtp.stop()
+
+
+def test_a_burst_is_a_full_claim_or_BURST_emails_within_a_window(monkeypatch):
+    """A fast worker keeps up with a burst of orders in claims that never fill their batch: the
+    emails claimed over the last window count, a trickle never makes a burst."""
+    from largesse.delivery import yielding
+
+    clock = [1000.0]
+    monkeypatch.setattr(yielding.time, "monotonic", lambda: clock[0])
+    load = ApiLoad(1, budget=5)
+    for _ in range(30):  # one email a second: a trickle
+        assert load.claimed(1, full=False) is False
+        clock[0] += 1.0
+    assert load.claimed(20, full=True) is True  # a full batch, whatever came before
+    clock[0] += 5.0
+    claims = []
+    for _ in range(6):  # 4 emails every 0.1 s: 40 a second
+        claims.append(load.claimed(4, full=False))
+        clock[0] += 0.1
+    assert claims == [False, False, False, False, True, True]
+    clock[0] += yielding.BURST_WINDOW + 0.01  # the window moved past them
+    assert load.claimed(0, full=False) is False

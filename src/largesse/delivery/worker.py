@@ -171,8 +171,8 @@ class Worker:
     def _loop(self, lane: str, once: bool) -> None:
         ctx = Context(self.engine, self.settings, self.id, open_transport(self.settings))
         backoff = self.settings.worker_poll_seconds
-        # Emails defer to a busy API only while they come faster than a batch per claim (a
-        # burst of orders): a lone email is sent at once, however busy the API (yielding.py).
+        # Emails defer to a busy API only while they come in a burst (a full claim, or BURST
+        # emails a second): a lone email is sent at once, however busy the API (yielding.py).
         defers = self.api_load is not None and not once and lane == job_queue.MAIL
         backlog = False
         try:
@@ -181,9 +181,7 @@ class Worker:
                     self.api_load.wait_while_busy(self.stopping)
                 try:
                     done = self._step(ctx, lane)
-                    backlog = done >= BATCH[lane]
-                    if defers and not backlog:
-                        self.api_load.caught_up()
+                    backlog = defers and self.api_load.claimed(done, full=done >= BATCH[lane])
                     self.outage.ok()
                     backoff = self.settings.worker_poll_seconds
                 except Exception as exc:
