@@ -307,7 +307,30 @@ def _retries(reason: str) -> float:
     return metrics.DB_RETRIES.labels(reason)._value.get()
 
 
-def test_write_db_reruns_a_transaction_after_a_serialization_failure(engine, pg_table):
+def _write_db(engine, fn, on_loop: bool):
+    """web.write_db(engine, fn) in its own event loop: with the loop's twin of the engine, as
+    the app's lifespan sets it up (requests run in a greenlet on the loop), or without (in a
+    worker thread). Also returns the threads fn ran on, and the loop's."""
+    threads = []
+
+    def traced(conn):
+        threads.append(threading.get_ident())
+        return fn(conn)
+
+    async def run():
+        if not on_loop:
+            return await web.write_db(engine, traced)
+        async with db.loop_engine(engine, pool_size=2):
+            return await web.write_db(engine, traced)
+
+    async def main():
+        return await run(), threads, threading.get_ident()
+
+    return _in_new_loop(main())
+
+
+@pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "in-thread"])
+def test_write_db_reruns_a_transaction_after_a_serialization_failure(engine, pg_table, on_loop):
     attempts = []
     before = _retries("serialization_failure")
 
@@ -318,13 +341,16 @@ def test_write_db_reruns_a_transaction_after_a_serialization_failure(engine, pg_
             conn.exec_driver_sql("DO $$ BEGIN RAISE EXCEPTION 'provoked' USING ERRCODE = '40001'; END $$")
         return len(attempts)
 
-    assert _in_new_loop(web.write_db(engine, work)) == 2
+    result, threads, loop_thread = _write_db(engine, work, on_loop)
+    assert result == 2
+    assert (set(threads) == {loop_thread}) is on_loop
     with db.read(engine) as conn:  # the failed attempt's update was rolled back: counted once
         assert conn.exec_driver_sql(f"SELECT n FROM {pg_table} WHERE id = 1").scalar() == 1
     assert _retries("serialization_failure") == before + 1
 
 
-def test_retries_are_bounded_and_other_errors_are_not_retried(engine, pg_table):
+@pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "in-thread"])
+def test_retries_are_bounded_and_other_errors_are_not_retried(engine, pg_table, on_loop):
     attempts = []
 
     def always_fails(conn):
@@ -332,7 +358,7 @@ def test_retries_are_bounded_and_other_errors_are_not_retried(engine, pg_table):
         conn.exec_driver_sql("DO $$ BEGIN RAISE EXCEPTION 'provoked' USING ERRCODE = '40P01'; END $$")
 
     with pytest.raises(sa_exc.OperationalError) as raised:
-        _in_new_loop(web.write_db(engine, always_fails))
+        _write_db(engine, always_fails, on_loop)
     assert len(attempts) == db.RETRY_ATTEMPTS and db.is_unavailable(raised.value)  # the API answers 503
 
     attempts.clear()
@@ -342,7 +368,7 @@ def test_retries_are_bounded_and_other_errors_are_not_retried(engine, pg_table):
         conn.exec_driver_sql(f"INSERT INTO {pg_table} VALUES (1, 0)")
 
     with pytest.raises(sa_exc.IntegrityError):
-        _in_new_loop(web.write_db(engine, duplicate))
+        _write_db(engine, duplicate, on_loop)
     assert len(attempts) == 1
 
 

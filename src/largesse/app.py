@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from largesse import __version__, auth, paths, ratelimit
+from largesse import __version__, auth, db, paths, ratelimit, web
 from largesse.config import Settings
 from largesse.db import make_engine
 from largesse.errors import ApiError, first_message, payload_from
@@ -205,7 +205,9 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
 
             supervisor = DeliverySupervisor(settings).start()
         try:
-            yield
+            # PostgreSQL: requests' database work awaits on this loop (web.run_db, db.on_loop).
+            async with db.loop_engine(engine, pool_size=web.DB_CONCURRENCY):
+                yield
         finally:
             if supervisor is not None:
                 await anyio.to_thread.run_sync(supervisor.stop)

@@ -19,6 +19,12 @@ app answers 503). Pooled PostgreSQL connections that a server restart closed are
 at checkout by a zero-timeout poll of the socket (no round trip, unlike pool_pre_ping) and
 replaced. ``retrying`` re-runs a transaction on serialization failures, deadlocks and a
 connection lost before commit.
+
+PostgreSQL on the event loop (``loop_engine``, ``on_loop``): the API runs a request's database
+work (web.run_db) as the same synchronous code, in a greenlet on the event loop, where the
+engine's ``write``/``read`` give connections of an asyncio twin of the engine (psycopg's async
+connections). A statement's round trip then awaits on the loop instead of holding a worker
+thread: no thread hop, no GIL handoff per request (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import random
 import select
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,23 +113,26 @@ def make_engine(url: str, *, pool_size: int = 8, timeout: float | None = None,
         connect_args["options"] = " ".join(options)
     # No pool_pre_ping: it costs a round trip on every checkout (every request). Connections
     # are recycled, and those a server restart closed are caught by _drop_closed_connections.
-    engine = create_engine(url, pool_size=pool_size, max_overflow=16, pool_recycle=1800, pool_timeout=timeout or 30,
-                           connect_args=connect_args, json_serializer=_json_dumps, json_deserializer=orjson.loads)
+    options = dict(pool_recycle=1800, pool_timeout=timeout or 30, connect_args=connect_args,
+                   json_serializer=_json_dumps, json_deserializer=orjson.loads)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=16, **options)
     event.listen(engine, "checkout", _drop_closed_connections)
+    _twin_options[engine] = options
     return engine
 
 
-def _drop_closed_connections(dbapi_connection, _record, _proxy) -> None:
+def _drop_closed_connections(_dbapi_connection, record, _proxy) -> None:
     """Replace a pooled connection that the server closed (restart, admin kill) before use.
 
     An idle connection in the pool has nothing to read: if its socket is readable, the server
     sent a termination notice or EOF. A zero-timeout poll is a syscall (about a microsecond),
     not a round trip; raising DisconnectionError makes the pool connect afresh.
     """
-    if dbapi_connection.closed or dbapi_connection.broken:
+    connection = record.driver_connection  # psycopg's (the twin's DBAPI connection is an adapter)
+    if connection.closed or connection.broken:
         raise sa_exc.DisconnectionError("connection closed")
     poller = select.poll()
-    poller.register(dbapi_connection.fileno(), select.POLLIN)
+    poller.register(connection.fileno(), select.POLLIN)
     if poller.poll(0):
         raise sa_exc.DisconnectionError("the server closed the connection")
 
@@ -321,6 +331,7 @@ def write(engine: Engine, *, one_write_statement: bool = False) -> Iterator[Conn
     Any error then counts as one at COMMIT (`retry_reason`): the statement may have committed.
     On SQLite, whose writes stay separate statements, the block is a transaction as usual.
     """
+    engine = _routed(engine)
     lock = _writer_lock(engine)
     budget_ms = None
     if lock is not None and not lock.acquire(blocking=False):  # uncontended: no clock reads
@@ -378,7 +389,7 @@ def owned_or_404(conn: Connection, table, organization_id: str, row_id: str, nou
 
 @contextlib.contextmanager
 def read(engine: Engine) -> Iterator[Connection]:
-    with engine.connect() as conn:
+    with _routed(engine).connect() as conn:
         with conn.begin():
             yield conn
 
@@ -464,8 +475,87 @@ def retrying(fn, *args, **kwargs):
             if reason is None or attempt == RETRY_ATTEMPTS:
                 raise
             metrics.db_retry(reason)
-            time.sleep(random.uniform(0.005, 0.025) * 2 ** attempt)
+            _sleep(random.uniform(0.005, 0.025) * 2 ** attempt)
     raise AssertionError("unreachable")
+
+
+# --- PostgreSQL on the event loop -----------------------------------------------------------
+
+# make_engine's options of a PostgreSQL engine, for its twin (loop_engine).
+_twin_options: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per event loop, the twins of the engines that serve on it (loop_engine registers them).
+_loop_twins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Inside on_loop: {engine: its twin's sync_engine}, read by write() and read().
+_on_loop: contextvars.ContextVar[dict | None] = contextvars.ContextVar("largesse_on_loop", default=None)
+
+
+def _routed(engine: Engine) -> Engine:
+    twins = _on_loop.get()
+    return twins.get(engine, engine) if twins else engine
+
+
+def _sleep(seconds: float) -> None:
+    """time.sleep, but awaited on the event loop inside on_loop (blocking it would stall every request)."""
+    if _on_loop.get():
+        import asyncio
+
+        from sqlalchemy.util import await_only
+
+        await_only(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
+@contextlib.asynccontextmanager
+async def loop_engine(engine: Engine, *, pool_size: int):
+    """While the block runs (an app's lifespan), `engine`'s twin on the running event loop: the
+    same PostgreSQL database and options, through psycopg's asyncio connections, for on_loop.
+    Disposed after the block. Nothing for a SQLite engine, which runs inline (web.run_db)."""
+    import asyncio
+
+    options = _twin_options.get(engine)
+    if options is None:
+        yield None
+        return
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    twin = create_async_engine(engine.url.set(drivername="postgresql+psycopg_async"), pool_size=pool_size,
+                               max_overflow=pool_size, **options)
+    event.listen(twin.sync_engine, "checkout", _drop_closed_connections)
+    loop = asyncio.get_running_loop()
+    twins = _loop_twins.setdefault(loop, {})
+    twins[engine] = twin
+    try:
+        yield twin
+    finally:
+        twins.pop(engine, None)
+        await twin.dispose()
+
+
+def loop_twin(engine: Engine):
+    """`engine`'s twin registered on the running event loop (loop_engine), or None."""
+    import asyncio
+
+    twins = _loop_twins.get(asyncio.get_running_loop())
+    return twins.get(engine) if twins else None
+
+
+async def on_loop(engine: Engine, twin, fn, *args, **kwargs):
+    """fn(*args, **kwargs), synchronous code, in a greenlet on the running event loop, its
+    write(engine)/read(engine) transactions on the twin's connections: every round trip awaits
+    on the loop (SQLAlchemy's greenlet bridge, as its asyncio extension runs its own sync code)."""
+    from sqlalchemy.util import greenlet_spawn
+
+    routes = {engine: twin.sync_engine}
+
+    def run():
+        token = _on_loop.set(routes)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _on_loop.reset(token)
+
+    return await greenlet_spawn(run)
 
 
 # --- hot statements: compiled once, executed on the driver's cursor ------------------------------
@@ -592,7 +682,7 @@ class _Form:
         try:
             if not conn.in_transaction():
                 raise RuntimeError("Prepared statements run inside the caller's transaction")
-            cursor = conn.connection.driver_connection.cursor()
+            cursor = conn.connection.dbapi_connection.cursor()
             if many:
                 cursor.executemany(self.sql, values)
                 rows = []

@@ -19,7 +19,7 @@ import time
 import orjson
 
 # The current request's ID: set by the middleware, read by every log line of the request
-# (anyio copies context variables into the database worker threads).
+# (anyio copies context variables into worker threads; db.on_loop's greenlets share the task's).
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("largesse_request_id", default=None)
 
 _URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s/]+@")

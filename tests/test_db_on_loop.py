@@ -1,0 +1,41 @@
+"""PostgreSQL requests await on the event loop (db.loop_engine, db.on_loop, web.run_db): the
+server's asyncio twin of its engine serves them and is closed with the server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import text
+
+from largesse import db
+from tests.conftest import create_org
+
+
+def _connections(engine) -> int:
+    with db.read(engine) as conn:
+        return conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                 "AND pid <> pg_backend_pid()")).scalar()
+
+
+def test_a_servers_connections_are_closed_when_it_stops(backend, engine, make_server):
+    if backend != "postgresql":
+        pytest.skip("SQLite requests run inline, on no pool of their own")
+    before = _connections(engine)
+    server = make_server()
+    org = create_org(engine, server.url)
+    with org.http() as client:
+        for n in range(3):
+            response = client.post("/orders", json={
+                "external_id": f"loop-{n}", "payment": {"funding_source_id": "balance"},
+                "reward": {"value": {"denomination": 1, "currency_code": "USD"}, "products": ["PCSBANKACH01US"],
+                           "recipient": {"name": "R", "email": org.member_email},
+                           "delivery": {"method": "LINK"}}})
+            assert response.status_code == 200, response.text
+            assert client.get(f"/orders/{response.json()['order']['id']}").status_code == 200
+    assert _connections(engine) > before  # the server's own connections (its twin's pool)
+    server.stop()
+    deadline = time.monotonic() + 10
+    while _connections(engine) > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _connections(engine) == before
