@@ -169,6 +169,8 @@ def bench_config(config: Config, *, duration: float, warmup: float, reps: int, n
 
 def main(args: list[str] | None = None) -> dict:
     opts = parse_args(args)
+    if not common.ensure_wrk():  # run on its own, not through bench.run, which checks it first
+        sys.exit("wrk is required (Debian's package wrk)")
     duration = opts.duration or (3 if opts.quick else 4)
     warmup = 1 if opts.quick else 2
     reps = opts.reps or (2 if opts.quick else 3)
