@@ -506,6 +506,21 @@ def _sleep(seconds: float) -> None:
         time.sleep(seconds)
 
 
+class LoopTwin:
+    """An engine's asyncio twin on one event loop, as loop_engine registers it: the twin, what
+    write()/read() route to it inside on_loop, and how many requests may use it at once (its
+    pool size: the rest wait here rather than for a connection)."""
+
+    __slots__ = ("engine", "routes", "slots")
+
+    def __init__(self, engine: Engine, twin, pool_size: int):
+        import asyncio
+
+        self.engine = twin
+        self.routes = {engine: twin.sync_engine}
+        self.slots = asyncio.Semaphore(pool_size)
+
+
 @contextlib.asynccontextmanager
 async def loop_engine(engine: Engine, *, pool_size: int):
     """While the block runs (an app's lifespan), `engine`'s twin on the running event loop: the
@@ -522,17 +537,16 @@ async def loop_engine(engine: Engine, *, pool_size: int):
     twin = create_async_engine(engine.url.set(drivername="postgresql+psycopg_async"), pool_size=pool_size,
                                max_overflow=pool_size, **options)
     event.listen(twin.sync_engine, "checkout", _drop_closed_connections)
-    loop = asyncio.get_running_loop()
-    twins = _loop_twins.setdefault(loop, {})
-    twins[engine] = twin
+    twins = _loop_twins.setdefault(asyncio.get_running_loop(), {})
+    twins[engine] = registered = LoopTwin(engine, twin, pool_size)
     try:
-        yield twin
+        yield registered
     finally:
         twins.pop(engine, None)
         await twin.dispose()
 
 
-def loop_twin(engine: Engine):
+def loop_twin(engine: Engine) -> LoopTwin | None:
     """`engine`'s twin registered on the running event loop (loop_engine), or None."""
     import asyncio
 
@@ -540,22 +554,22 @@ def loop_twin(engine: Engine):
     return twins.get(engine) if twins else None
 
 
-async def on_loop(engine: Engine, twin, fn, *args, **kwargs):
+async def on_loop(twin: LoopTwin, fn, *args, **kwargs):
     """fn(*args, **kwargs), synchronous code, in a greenlet on the running event loop, its
     write(engine)/read(engine) transactions on the twin's connections: every round trip awaits
-    on the loop (SQLAlchemy's greenlet bridge, as its asyncio extension runs its own sync code)."""
+    on the loop (SQLAlchemy's greenlet bridge, as its asyncio extension runs its own sync code).
+    At most the twin's pool size run at once."""
     from sqlalchemy.util import greenlet_spawn
 
-    routes = {engine: twin.sync_engine}
-
     def run():
-        token = _on_loop.set(routes)
+        token = _on_loop.set(twin.routes)
         try:
             return fn(*args, **kwargs)
         finally:
             _on_loop.reset(token)
 
-    return await greenlet_spawn(run)
+    async with twin.slots:
+        return await greenlet_spawn(run)
 
 
 # --- hot statements: compiled once, executed on the driver's cursor ------------------------------

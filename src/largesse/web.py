@@ -72,8 +72,7 @@ async def run_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any
 
     twin = db.loop_twin(engine)
     if twin is not None:
-        async with _limiter():
-            return await db.on_loop(engine, twin, fn, *args, **kwargs)
+        return await db.on_loop(twin, fn, *args, **kwargs)
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=_limiter())
 
 
@@ -209,7 +208,7 @@ async def write_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: A
 # 2 cores with worker threads: 4-8 concurrent transactions give 255 orders/s with a p99 of
 # 90 ms, the thread pool's default of 40 gives 195/s and 290 ms: more threads only fight over
 # the GIL, and an order's balance row lock is held while its thread waits for the GIL. On the
-# event loop (db.on_loop) it is also the size of the twin engine's pool.
+# event loop (db.on_loop) it is the size of the twin engine's pool, which bounds it there.
 DB_CONCURRENCY = 8
 _limiters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
