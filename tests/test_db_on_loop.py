@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from largesse import db
 from tests.conftest import create_org
+from tests.factories import ok, place
 
 
 def _connections(engine) -> int:
@@ -25,14 +26,9 @@ def test_a_servers_connections_are_closed_when_it_stops(backend, engine, make_se
     server = make_server()
     org = create_org(engine, server.url)
     with org.http() as client:
-        for n in range(3):
-            response = client.post("/orders", json={
-                "external_id": f"loop-{n}", "payment": {"funding_source_id": "balance"},
-                "reward": {"value": {"denomination": 1, "currency_code": "USD"}, "products": ["PCSBANKACH01US"],
-                           "recipient": {"name": "R", "email": org.member_email},
-                           "delivery": {"method": "LINK"}}})
-            assert response.status_code == 200, response.text
-            assert client.get(f"/orders/{response.json()['order']['id']}").status_code == 200
+        for _ in range(3):
+            order = place(client, org.member_email)
+            ok(client.get(f"/orders/{order['id']}"))
     assert _connections(engine) > before  # the server's own connections (its twin's pool)
     server.stop()
     deadline = time.monotonic() + 10

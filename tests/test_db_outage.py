@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import glob
 import json
 import os
@@ -318,15 +319,10 @@ def _write_db(engine, fn, on_loop: bool):
         return fn(conn)
 
     async def run():
-        if not on_loop:
-            return await web.write_db(engine, traced)
-        async with db.loop_engine(engine, pool_size=2):
-            return await web.write_db(engine, traced)
+        async with db.loop_engine(engine, pool_size=2) if on_loop else contextlib.nullcontext():
+            return await web.write_db(engine, traced), threads, threading.get_ident()
 
-    async def main():
-        return await run(), threads, threading.get_ident()
-
-    return _in_new_loop(main())
+    return _in_new_loop(run())
 
 
 @pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "in-thread"])
