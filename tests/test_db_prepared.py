@@ -69,6 +69,19 @@ def test_insert_and_select_store_what_sqlalchemy_stores(engine, table):
     assert tuple(got) == tuple(stored[1])
 
 
+@pytest.mark.parametrize("moment", [datetime(2026, 11, 24, 12, 30, 15), datetime(2026, 11, 24, 12, 30, 15, 7),
+                                    datetime(999, 1, 2, 3, 4, 5, 600000)])
+def test_datetimes_are_stored_as_the_same_text_as_sqlalchemys(engine, table, moment):
+    """SQLite compares stored datetimes as text (ranges, cursors): Prepared's faster formatting
+    must give SQLAlchemy's text exactly, microseconds and zero padding included."""
+    row = {"amount_cents": 1, "flag": True, "created_at": moment}
+    with db.write(engine) as conn:
+        db.Prepared(table.insert()).execute_many(conn, [{"id": "prepared", **row}])
+        conn.execute(table.insert(), {"id": "sqlalchemy", **row})
+        stored = dict(conn.execute(text(f"SELECT id, CAST(created_at AS TEXT) FROM {table.name}")).all())
+    assert stored["prepared"] == stored["sqlalchemy"]
+
+
 def test_update_returning_scalars_and_text(engine, table):
     insert = db.Prepared(table.insert())
     debit = db.Prepared(table.update().where(table.c.id == bindparam("rid"), table.c.amount_cents >= bindparam("n"))

@@ -89,8 +89,9 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
     from largesse import db
 
     busy = _busy_state()
+    kept = db.kept_connection(engine)
     if busy.freed is None:
-        result = _inline(fn, args, kwargs)
+        result = _inline(fn, args, kwargs, kept)
         if result is not _BUSY:
             return result
     wait = db.lock_wait_seconds(engine)
@@ -106,7 +107,7 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
             await poll.done.wait()
             if not poll.gave_up:
                 deadline = time.monotonic() + wait
-            result = _inline(fn, args, kwargs)
+            result = _inline(fn, args, kwargs, kept)
             if result is not _BUSY:
                 return result
             if time.monotonic() > deadline:
@@ -115,7 +116,7 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
         poll = busy.freed = _Poll()  # this request polls
         try:
             pause = 0.0005
-            while (result := _inline(fn, args, kwargs)) is _BUSY:
+            while (result := _inline(fn, args, kwargs, kept)) is _BUSY:
                 if time.monotonic() > deadline:
                     poll.gave_up = True
                     _unavailable()
@@ -130,12 +131,13 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
 _BUSY = object()  # _inline's answer when SQLite's write lock is held elsewhere
 
 
-def _inline(fn: Callable[..., T], args: tuple, kwargs: dict):
-    """One run of fn on the event loop (db.EventLoopAttempt), or _BUSY if it could not take the
-    write lock (nothing was written: the run may be repeated)."""
+def _inline(fn: Callable[..., T], args: tuple, kwargs: dict, kept):
+    """One run of fn on the event loop (db.EventLoopAttempt; its transactions on the loop's
+    kept connection, db.KeptConnection), or _BUSY if it could not take the write lock (nothing
+    was written: the run may be repeated)."""
     from largesse import db
 
-    with db.event_loop_attempt():
+    with db.event_loop_attempt(kept):
         try:
             return fn(*args, **kwargs)
         except db.WriteLockBusy:
