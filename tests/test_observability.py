@@ -127,6 +127,30 @@ def test_one_json_log_line_per_request_without_secrets(tmp_path):
     assert email not in text and "j***@example.com" in text
 
 
+def test_text_access_lines_of_a_served_process(tmp_path):
+    """The request lines of `largesse serve` with its own logging set-up (logs.info_fields
+    writes them to the handler's stream itself): the text format, redacted, one per request."""
+    process, base, log_path, org = _serve(tmp_path)
+    try:
+        with httpx.Client(base_url=base, timeout=10) as client:
+            response = client.post("/api/v2/orders", headers={"Authorization": f"Bearer {org['api_key']}",
+                                                              "X-Request-ID": "text-served-1"},
+                                   json=order_body("jane.doe@example.com", denomination=5, method="LINK"))
+            assert response.status_code == 200, response.text
+            token = response.json()["order"]["rewards"][0]["delivery"]["link"].rsplit("/", 1)[1]
+            assert client.get(f"/redeem/{token}", headers={"X-Request-ID": "text-served-2"}).status_code == 200
+    finally:
+        _stop(process)
+    text = log_path.read_text()
+    lines = [line for line in text.splitlines() if "request_id=text-served-" in line]
+    assert len(lines) == 2, text[-3000:]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO largesse.access: request "
+                        r"request_id=text-served-1 method=POST path=/api/v2/orders route=/api/v2/orders "
+                        r"status=200 duration_ms=[0-9.]+", lines[0]), lines[0]
+    assert " path=/redeem/<token> route=/redeem/<token> status=200 " in lines[1], lines[1]
+    assert token not in text and org["api_key"] not in text
+
+
 def test_text_log_lines(server, org, http):
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

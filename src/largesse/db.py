@@ -746,7 +746,7 @@ class _Form:
     """One compiled form of a Prepared statement (one dialect, one set of INSERT keys)."""
 
     __slots__ = ("dialect", "sql", "names", "processors", "getter", "converts", "defaults", "positional", "row",
-                 "result_processors")
+                 "row_free", "result_processors")
 
     def __init__(self, statement, dialect, keys: tuple | None) -> None:
         import collections
@@ -777,6 +777,8 @@ class _Form:
                 raise ValueError(f"column {column.key} has a Python-side default that is not a scalar")
             self.defaults[column.key] = default.arg
         columns = compiled._result_columns  # empty for text(): its rows are plain tuples
+        # An INSERT/UPDATE/DELETE without RETURNING returns no rows: no need to ask the cursor.
+        self.row_free = bool(getattr(statement, "is_dml", False)) and not columns
         self.row = collections.namedtuple("PreparedRow", [c[0] for c in columns], rename=True) if columns else None
         if self.row is not None:
             self.row._mapping = property(lambda row: dict(zip(row._fields, row, strict=True)))
@@ -832,7 +834,10 @@ class _Form:
                 rows = []
             else:
                 cursor.execute(self.sql, values)
-                rows = self._make_rows(cursor.fetchall()) if cursor.description is not None else []
+                # A statement with result columns has rows to fetch; only text() needs to ask the
+                # cursor (whose description, on psycopg, builds a Column object per column).
+                returns_rows = self.row is not None or (not self.row_free and cursor.description is not None)
+                rows = self._make_rows(cursor.fetchall()) if returns_rows else []
             cursor.close()
             return rows
         except self.dialect.loaded_dbapi.Error as exc:

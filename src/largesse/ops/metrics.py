@@ -56,9 +56,15 @@ def observe_request(method: str, route: str, status: int, seconds: float) -> Non
     child.observe(seconds)
 
 
+_order_children: dict[str, tuple] = {}
+
+
 def order_created(currency: str, total_cents: int) -> None:
-    ORDERS.labels(currency).inc()
-    ORDER_CENTS.labels(currency).inc(total_cents)
+    children = _order_children.get(currency)
+    if children is None:  # labels() validates and looks up on every call: once per currency here
+        children = _order_children[currency] = (ORDERS.labels(currency), ORDER_CENTS.labels(currency))
+    children[0].inc()
+    children[1].inc(total_cents)
 
 
 def delivery(outcome: str) -> None:
