@@ -59,13 +59,22 @@ def mask_email(address: str) -> str:
 
 # Structured fields travel as one dict, `log.info("request", extra={"fields": {...}})`: the
 # formatters print exactly those, in order, without scanning the record's attributes.
-class TextFormatter(logging.Formatter):
-    """`2026-01-01T12:00:00.123Z INFO largesse.access request_id=... method=GET ...`"""
+class _LineFormatter(logging.Formatter):
+    """A formatter whose text comes from its `line` (also called without a LogRecord: info_fields)."""
 
     def format(self, record: logging.LogRecord) -> str:
         return self.line(record.created, record.levelname, record.name, record.getMessage(),
                          record.__dict__.get("fields"),
                          self.formatException(record.exc_info) if record.exc_info else None)
+
+    @staticmethod
+    def line(created: float, levelname: str, name: str, message: str, extra: dict | None,
+             exception: str | None = None) -> str:
+        raise NotImplementedError
+
+
+class TextFormatter(_LineFormatter):
+    """`2026-01-01T12:00:00.123Z INFO largesse.access request_id=... method=GET ...`"""
 
     @staticmethod
     def line(created: float, levelname: str, name: str, message: str, extra: dict | None,
@@ -83,13 +92,8 @@ class TextFormatter(logging.Formatter):
         return redact(line)
 
 
-class JsonFormatter(logging.Formatter):
+class JsonFormatter(_LineFormatter):
     """One JSON object per line: ts, level, logger, message, request_id, the record's extra fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return self.line(record.created, record.levelname, record.name, record.getMessage(),
-                         record.__dict__.get("fields"),
-                         self.formatException(record.exc_info) if record.exc_info else None)
 
     @staticmethod
     def line(created: float, levelname: str, name: str, message: str, extra: dict | None,
