@@ -2,8 +2,9 @@
 
 Calls an ASGI app that answers 200 at once, N times, bare and wrapped in
 ops.middleware.ObservabilityMiddleware (request ID, one log line written to a file through
-the JSON or text formatter, the latency histogram), and prints the difference in
-microseconds per request. The route is POST /api/v2/orders's template, as on the hot path.
+the JSON or text formatter with the logging set-up of `largesse serve`, the latency
+histogram), and prints the difference in microseconds per request. The route is POST
+/api/v2/orders's template, as on the hot path.
 Run it once per metrics mode: the multiprocess mode (serve --workers N) writes to mmap files.
 
     python -m bench.observability_overhead [--requests 100000] [--format json|text] [--multiprocess]
@@ -52,13 +53,15 @@ def measure(n: int, log_format: str) -> None:
     from largesse.ops import logs, metrics
     from largesse.ops.middleware import ObservabilityMiddleware
 
+    # The set-up `largesse serve` installs (logs.log_config): one stream handler on the
+    # "largesse" logger, which largesse.access propagates to; here its stream is a file.
     log_file = tempfile.NamedTemporaryFile("w", suffix=".log", delete=False)
     handler = logging.StreamHandler(log_file)
     handler.setFormatter(logs.formatter_class(log_format)())
-    access = logging.getLogger("largesse.access")
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
-    access.propagate = False
+    parent = logging.getLogger("largesse")
+    parent.handlers[:] = [handler]
+    parent.setLevel(logging.INFO)
+    parent.propagate = False
     wrapped = ObservabilityMiddleware(_bare)
 
     async def main():
