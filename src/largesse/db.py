@@ -552,8 +552,9 @@ def retrying(fn, *args, **kwargs):
 
 # make_engine's options of a PostgreSQL engine, for its twin (loop_engine).
 _twin_options: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# Per event loop, the twins of the engines that serve on it (loop_engine registers them).
-_loop_twins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per event loop, what loop_engine registered for each engine that serves on it: a PostgreSQL
+# engine's LoopTwin, a SQLite engine's KeptConnection.
+_on_loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Inside on_loop: {engine: its twin's sync_engine}, read by write() and read().
 _on_loop: contextvars.ContextVar[dict | None] = contextvars.ContextVar("largesse_on_loop", default=None)
 
@@ -596,16 +597,12 @@ async def loop_engine(engine: Engine, *, pool_size: int):
     same PostgreSQL database and options, through psycopg's asyncio connections, for on_loop.
     Disposed after the block. For a SQLite engine, whose requests run inline (web.run_db), the
     connection the loop keeps for them (KeptConnection), closed after the block."""
-    import asyncio
-
     if engine.dialect.name == "sqlite":
-        loop = asyncio.get_running_loop()
-        kept = _loop_kept.setdefault(loop, {})
-        kept[engine] = connection = KeptConnection(engine)
+        connection = KeptConnection(engine)
         try:
-            yield None
+            with _registered(engine, connection):
+                yield connection
         finally:
-            kept.pop(engine, None)
             connection.close()
         return
     options = _twin_options.get(engine)
@@ -617,32 +614,33 @@ async def loop_engine(engine: Engine, *, pool_size: int):
     twin = create_async_engine(engine.url.set(drivername="postgresql+psycopg_async"), pool_size=pool_size,
                                max_overflow=pool_size, **options)
     event.listen(twin.sync_engine, "checkout", _drop_closed_connections)
-    twins = _loop_twins.setdefault(asyncio.get_running_loop(), {})
-    twins[engine] = registered = LoopTwin(engine, twin, pool_size)
     try:
-        yield registered
+        with _registered(engine, LoopTwin(engine, twin, pool_size)) as registered:
+            yield registered
     finally:
-        twins.pop(engine, None)
         await twin.dispose()
 
 
-_loop_kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {engine: KeptConnection}
-
-
-def kept_connection(engine: Engine) -> KeptConnection | None:
-    """The connection the running event loop keeps for `engine`'s inline runs (loop_engine), or None."""
+@contextlib.contextmanager
+def _registered(engine: Engine, resource):
+    """resource, what on_this_loop(engine) answers on the running event loop while the block runs."""
     import asyncio
 
-    kept = _loop_kept.get(asyncio.get_running_loop())
-    return kept.get(engine) if kept else None
+    registry = _on_loops.setdefault(asyncio.get_running_loop(), {})
+    registry[engine] = resource
+    try:
+        yield resource
+    finally:
+        registry.pop(engine, None)
 
 
-def loop_twin(engine: Engine) -> LoopTwin | None:
-    """`engine`'s twin registered on the running event loop (loop_engine), or None."""
+def on_this_loop(engine: Engine) -> LoopTwin | KeptConnection | None:
+    """What loop_engine registered for `engine` on the running event loop (a PostgreSQL engine's
+    twin, a SQLite engine's kept connection), or None."""
     import asyncio
 
-    twins = _loop_twins.get(asyncio.get_running_loop())
-    return twins.get(engine) if twins else None
+    registry = _on_loops.get(asyncio.get_running_loop())
+    return registry.get(engine) if registry else None
 
 
 async def on_loop(twin: LoopTwin, fn, *args, **kwargs):
@@ -746,7 +744,7 @@ class _Form:
     """One compiled form of a Prepared statement (one dialect, one set of INSERT keys)."""
 
     __slots__ = ("dialect", "sql", "names", "processors", "getter", "converts", "defaults", "positional", "row",
-                 "row_free", "result_processors")
+                 "ask_cursor", "result_processors")
 
     def __init__(self, statement, dialect, keys: tuple | None) -> None:
         import collections
@@ -777,8 +775,10 @@ class _Form:
                 raise ValueError(f"column {column.key} has a Python-side default that is not a scalar")
             self.defaults[column.key] = default.arg
         columns = compiled._result_columns  # empty for text(): its rows are plain tuples
-        # An INSERT/UPDATE/DELETE without RETURNING returns no rows: no need to ask the cursor.
-        self.row_free = bool(getattr(statement, "is_dml", False)) and not columns
+        # Only text() leaves the question of rows to the cursor (whose description, on psycopg,
+        # builds a Column object per column): a Core SELECT or RETURNING has result columns, an
+        # INSERT/UPDATE/DELETE without RETURNING has no rows.
+        self.ask_cursor = not columns and not getattr(statement, "is_dml", False)
         self.row = collections.namedtuple("PreparedRow", [c[0] for c in columns], rename=True) if columns else None
         if self.row is not None:
             self.row._mapping = property(lambda row: dict(zip(row._fields, row, strict=True)))
@@ -834,10 +834,8 @@ class _Form:
                 rows = []
             else:
                 cursor.execute(self.sql, values)
-                # A statement with result columns has rows to fetch; only text() needs to ask the
-                # cursor (whose description, on psycopg, builds a Column object per column).
-                returns_rows = self.row is not None or (not self.row_free and cursor.description is not None)
-                rows = self._make_rows(cursor.fetchall()) if returns_rows else []
+                has_rows = self.row is not None or (self.ask_cursor and cursor.description is not None)
+                rows = self._make_rows(cursor.fetchall()) if has_rows else []
             cursor.close()
             return rows
         except self.dialect.loaded_dbapi.Error as exc:

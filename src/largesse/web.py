@@ -70,7 +70,7 @@ async def run_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: Any
         return await _run_sqlite(engine, fn, *args, **kwargs)
     from largesse import db
 
-    twin = db.loop_twin(engine)
+    twin = db.on_this_loop(engine)
     if twin is not None:
         return await db.on_loop(twin, fn, *args, **kwargs)
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=_limiter())
@@ -89,7 +89,7 @@ async def _run_sqlite(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs
     from largesse import db
 
     busy = _busy_state()
-    kept = db.kept_connection(engine)
+    kept = db.on_this_loop(engine)
     if busy.freed is None:
         result = _inline(fn, args, kwargs, kept)
         if result is not _BUSY:
