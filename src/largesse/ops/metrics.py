@@ -45,26 +45,25 @@ REDEMPTIONS = Counter("largesse_redemptions_total",
 DB_RETRIES = Counter("largesse_db_retries_total",
                      "Transactions re-run after a serialization failure, deadlock or lost connection", ["reason"])
 
-_request_children: dict[tuple[str, str, str], object] = {}
+_children: dict[tuple, object] = {}
+
+
+def _child(metric, *labels: str):
+    """metric.labels(*labels), looked up once: labels() validates and locks on every call."""
+    key = (metric, labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
 
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:
-    key = (method, route, str(status))
-    child = _request_children.get(key)
-    if child is None:
-        child = _request_children[key] = REQUEST_SECONDS.labels(*key)
-    child.observe(seconds)
-
-
-_order_children: dict[str, tuple] = {}
+    _child(REQUEST_SECONDS, method, route, str(status)).observe(seconds)
 
 
 def order_created(currency: str, total_cents: int) -> None:
-    children = _order_children.get(currency)
-    if children is None:  # labels() validates and looks up on every call: once per currency here
-        children = _order_children[currency] = (ORDERS.labels(currency), ORDER_CENTS.labels(currency))
-    children[0].inc()
-    children[1].inc(total_cents)
+    _child(ORDERS, currency).inc()
+    _child(ORDER_CENTS, currency).inc(total_cents)
 
 
 def delivery(outcome: str) -> None:
