@@ -7,6 +7,8 @@ Each test creates its own organization, so tests need no cleanup between them.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import os
 import secrets
@@ -80,6 +82,12 @@ def engine(database_url):
     prepare(engine)
     yield engine
     engine.dispose()
+
+
+def run_in_new_loop(coroutine):
+    """Run a coroutine in its own thread and event loop (another test may have left one running here)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result(timeout=60)
 
 
 def free_port() -> int:

@@ -12,7 +12,6 @@ in-process writer lock held past it, answer 503 too.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import glob
@@ -36,7 +35,7 @@ from sqlalchemy import exc as sa_exc
 from largesse import db, web
 from largesse.config import Settings
 from largesse.ops import metrics
-from tests.conftest import GIFT_CARD_USD, ServerThread, create_org, free_port, order_body
+from tests.conftest import GIFT_CARD_USD, ServerThread, create_org, free_port, order_body, run_in_new_loop
 
 LARGESSE = str(Path(sys.executable).parent / "largesse")
 DEADLINE_503 = 2.0
@@ -298,12 +297,6 @@ def pg_table(engine, backend):
         conn.exec_driver_sql(f"DROP TABLE {name}")
 
 
-def _in_new_loop(coroutine):
-    """Run a coroutine in its own thread and event loop (another test may have left one running here)."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine).result(timeout=60)
-
-
 def _retries(reason: str) -> float:
     return metrics.DB_RETRIES.labels(reason)._value.get()
 
@@ -322,7 +315,7 @@ def _write_db(engine, fn, on_loop: bool):
         async with db.loop_engine(engine, pool_size=2) if on_loop else contextlib.nullcontext():
             return await web.write_db(engine, traced), threads, threading.get_ident()
 
-    return _in_new_loop(run())
+    return run_in_new_loop(run())
 
 
 @pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "in-thread"])

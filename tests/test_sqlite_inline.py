@@ -4,8 +4,6 @@ waited for inside SQLite's busy handler. What those shortcuts must not change.""
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import sqlite3
 import threading
 
@@ -13,6 +11,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from largesse import db, web
+from tests.conftest import run_in_new_loop
 
 LOCK_WAIT_S = 3
 
@@ -38,18 +37,12 @@ def _values(engine) -> list[str]:
         return [row[0] for row in conn.exec_driver_sql("SELECT v FROM probe ORDER BY id")]
 
 
-def _loop(coroutine):
-    """asyncio.run in a thread of its own (the test session's thread may have a loop running)."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine).result(timeout=60)
-
-
 def _run(engine, *calls):
     """Each (fn, args) through web.run_db on one event loop whose lifespan keeps a connection."""
     async def main():
         async with db.loop_engine(engine, pool_size=2):
             return [await web.run_db(engine, fn, *args) for fn, args in calls]
-    return _loop(main())
+    return run_in_new_loop(main())
 
 
 def test_inline_transactions_share_the_loops_kept_connection(sqlite_engine):
@@ -109,7 +102,7 @@ def test_a_thread_waits_for_the_lock_on_a_connection_an_inline_write_used(sqlite
     async def main():  # no loop_engine: the inline write takes a pooled connection
         return await web.run_db(engine, _insert, engine, "inline")
 
-    inline_conn = _loop(main())
+    inline_conn = run_in_new_loop(main())
     holder = sqlite3.connect(path, isolation_level=None, timeout=1, check_same_thread=False)
     holder.execute("BEGIN IMMEDIATE")
     release = threading.Timer(0.3, holder.execute, ("ROLLBACK",))
