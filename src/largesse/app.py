@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from largesse import __version__, auth, db, paths, ratelimit, web
+from largesse import __version__, auth, db, paths, ratelimit
 from largesse.config import Settings
 from largesse.db import make_engine
 from largesse.errors import ApiError, first_message, payload_from
@@ -191,7 +191,8 @@ def create_served_app() -> FastAPI:
 
 def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     settings = settings or Settings.from_env()
-    engine = engine or make_engine(settings.database_url, timeout=settings.db_timeout_seconds,
+    engine = engine or make_engine(settings.database_url, pool_size=settings.db_slots,
+                                   timeout=settings.db_timeout_seconds,
                                    statement_timeout=settings.db_statement_timeout_seconds,
                                    background_checkpoints=True)
 
@@ -206,7 +207,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
             supervisor = DeliverySupervisor(settings).start()
         try:
             # PostgreSQL: requests' database work awaits on this loop (web.run_db, db.on_loop).
-            async with db.loop_engine(engine, pool_size=web.DB_CONCURRENCY):
+            async with db.loop_engine(engine, pool_size=settings.db_slots):
                 yield
         finally:
             if supervisor is not None:

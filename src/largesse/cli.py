@@ -43,6 +43,8 @@ def serve(
 
     import uvicorn
 
+    # Each API process takes its share of LARGESSE_DB_CONCURRENCY (Settings.db_slots).
+    os.environ["LARGESSE_API_PROCESSES"] = str(workers)
     settings = load_settings()
     open_engine(settings).dispose()
     # Several processes (API workers, delivery children): metrics go through files in

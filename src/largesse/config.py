@@ -76,6 +76,21 @@ class Settings:
     log_level: str = "INFO"
     db_timeout_seconds: float = 1.5
     db_statement_timeout_seconds: float = 10.0
+    # Requests that may use the database at once, shared by the API processes of one `largesse
+    # serve` (api_processes, which serve sets): see db_slots. Default: 8 per CPU core.
+    db_concurrency: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
+    api_processes: int = 1
+
+    @property
+    def db_slots(self) -> int:
+        """Requests of one API process that may use the database at once: its share of
+        db_concurrency, 2 to 8. Each slot is a PostgreSQL connection in use, and PostgreSQL's
+        CPU per order grows with the connections that take turns (docs/benchmarks.md, issue 9
+        seventh pass: 2 cores, 4 processes of 8 slots spent 0.69-0.72 ms of PostgreSQL CPU per
+        order, of 4 slots 0.62-0.64, 2 processes of 8 0.57-0.61); one process gains nothing
+        above 8 (1,297 orders/s with 16 against 1,306 with 8); below 2, requests wait on each
+        other's round trips."""
+        return max(2, min(8, self.db_concurrency // max(1, self.api_processes)))
 
     @property
     def sandbox(self) -> bool:
@@ -148,12 +163,20 @@ class Settings:
             log_level=_choice(get("LOG_LEVEL", "INFO").upper(), "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR")),
             db_timeout_seconds=float(get("DB_TIMEOUT_SECONDS", "1.5")),
             db_statement_timeout_seconds=float(get("DB_STATEMENT_TIMEOUT_SECONDS", "10")),
+            db_concurrency=_positive(get("DB_CONCURRENCY", str(8 * (os.cpu_count() or 1))), "DB_CONCURRENCY"),
+            api_processes=_positive(get("API_PROCESSES", "1"), "API_PROCESSES"),
         )
 
 
 def _niceness(raw: str) -> int:
     if not raw.isdigit() or int(raw) > 19:
         raise ValueError(f"LARGESSE_DELIVERY_NICE must be a niceness from 0 to 19, not {raw!r}")
+    return int(raw)
+
+
+def _positive(raw: str, name: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"LARGESSE_{name} must be a whole number of at least 1, not {raw!r}")
     return int(raw)
 
 

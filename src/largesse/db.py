@@ -117,7 +117,7 @@ def make_engine(url: str, *, pool_size: int = 8, timeout: float | None = None,
     # are recycled, and those a server restart closed are caught by _drop_closed_connections.
     options = dict(pool_recycle=1800, pool_timeout=timeout or 30, connect_args=connect_args,
                    json_serializer=_json_dumps, json_deserializer=orjson.loads)
-    engine = create_engine(url, pool_size=pool_size, max_overflow=16, **options)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=2 * pool_size, **options)
     event.listen(engine, "checkout", _drop_closed_connections)
     _twin_options[engine] = options
     return engine

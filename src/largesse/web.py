@@ -209,8 +209,10 @@ async def write_db(engine: Engine, fn: Callable[..., T], *args: Any, **kwargs: A
 # How many requests of one process may run database work at once (PostgreSQL). Measured on
 # 2 cores with worker threads: 4-8 concurrent transactions give 255 orders/s with a p99 of
 # 90 ms, the thread pool's default of 40 gives 195/s and 290 ms: more threads only fight over
-# the GIL, and an order's balance row lock is held while its thread waits for the GIL. On the
-# event loop (db.on_loop) it is the size of the twin engine's pool, which bounds it there.
+# the GIL, and an order's balance row lock is held while its thread waits for the GIL. This
+# bounds the threads of an app whose lifespan did not start the engine's twin; a served
+# process's requests await on the loop, bounded by its share of the server's database
+# concurrency (Settings.db_slots, the twin's pool size).
 DB_CONCURRENCY = 8
 _limiters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
