@@ -262,3 +262,49 @@ def test_metrics_add_up_across_worker_processes(tmp_path, workers):
     assert not os.path.exists(metrics_dir)  # serve removed its temporary directory when it stopped
     # Whichever process answered the scrape, it reported every process's requests (+ readiness polls).
     assert len(counts) == 1 and counts.pop() >= sent, counts
+
+
+_TRACED_REQUEST = """
+import contextlib, sys
+from opentelemetry import trace
+from starlette.testclient import TestClient
+
+spans = []
+
+class Tracer(trace.Tracer):
+    def start_span(self, name, *args, **kwargs):
+        spans.append(name)
+        return trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
+
+    @contextlib.contextmanager
+    def start_as_current_span(self, name, *args, **kwargs):
+        with trace.use_span(self.start_span(name), end_on_exit=False) as span:
+            yield span
+
+class Provider(trace.TracerProvider):
+    def get_tracer(self, *args, **kwargs):
+        return Tracer()
+
+trace.set_tracer_provider(Provider())  # an operator's OpenTelemetry set-up, in this process only
+from largesse.app import create_app
+from largesse.config import Settings
+
+app = create_app(Settings.from_env())
+assert TestClient(app).get("/healthz").status_code == 200
+print(len(spans))
+"""
+
+
+@pytest.mark.parametrize("setting, traced", [(None, False), ("1", True)])
+def test_fastapi_opentelemetry_traces_requests_only_when_asked(tmp_path, setting, traced):
+    """FastAPI's own OpenTelemetry instrumentation costs a provider lookup per request: it is
+    off unless LARGESSE_OPENTELEMETRY=1, even where a tracer provider is configured."""
+    env = {**os.environ, "LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'otel.sqlite3'}",
+           "LARGESSE_RUN_WORKER": "0"}
+    env.pop("LARGESSE_OPENTELEMETRY", None)
+    if setting is not None:
+        env["LARGESSE_OPENTELEMETRY"] = setting
+    done = subprocess.run([sys.executable, "-c", _TRACED_REQUEST], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (int(done.stdout.split()[-1]) > 0) is traced, done.stdout

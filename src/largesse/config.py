@@ -76,6 +76,9 @@ class Settings:
     log_level: str = "INFO"
     db_timeout_seconds: float = 1.5
     db_statement_timeout_seconds: float = 10.0
+    # FastAPI's own OpenTelemetry instrumentation, for a process with an OpenTelemetry SDK
+    # configured (app._fastapi_telemetry); off, it costs nothing per request.
+    opentelemetry: bool = False
     # Requests that may use the database at once, shared by the API processes of one `largesse
     # serve` (api_processes, which serve sets): see db_slots. Default: 8 per CPU core.
     db_concurrency: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
@@ -163,6 +166,7 @@ class Settings:
             log_level=_choice(get("LOG_LEVEL", "INFO").upper(), "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR")),
             db_timeout_seconds=float(get("DB_TIMEOUT_SECONDS", "1.5")),
             db_statement_timeout_seconds=float(get("DB_STATEMENT_TIMEOUT_SECONDS", "10")),
+            opentelemetry=get("OPENTELEMETRY", "0").lower() in ("1", "true", "yes"),
             db_concurrency=_positive(get("DB_CONCURRENCY", str(8 * (os.cpu_count() or 1))), "DB_CONCURRENCY"),
             api_processes=_positive(get("API_PROCESSES", "1"), "API_PROCESSES"),
         )
