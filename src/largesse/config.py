@@ -81,7 +81,7 @@ class Settings:
     opentelemetry: bool = False
     # Requests that may use the database at once, shared by the API processes of one `largesse
     # serve` (api_processes, which serve sets): see db_slots. Default: 8 per CPU core.
-    db_concurrency: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
+    db_concurrency: int = field(default_factory=lambda: _default_db_concurrency())
     api_processes: int = 1
 
     @property
@@ -167,7 +167,7 @@ class Settings:
             db_timeout_seconds=float(get("DB_TIMEOUT_SECONDS", "1.5")),
             db_statement_timeout_seconds=float(get("DB_STATEMENT_TIMEOUT_SECONDS", "10")),
             opentelemetry=get("OPENTELEMETRY", "0").lower() in ("1", "true", "yes"),
-            db_concurrency=_positive(get("DB_CONCURRENCY", str(8 * (os.cpu_count() or 1))), "DB_CONCURRENCY"),
+            db_concurrency=_positive(get("DB_CONCURRENCY", str(_default_db_concurrency())), "DB_CONCURRENCY"),
             api_processes=_positive(get("API_PROCESSES", "1"), "API_PROCESSES"),
         )
 
@@ -176,6 +176,10 @@ def _niceness(raw: str) -> int:
     if not raw.isdigit() or int(raw) > 19:
         raise ValueError(f"LARGESSE_DELIVERY_NICE must be a niceness from 0 to 19, not {raw!r}")
     return int(raw)
+
+
+def _default_db_concurrency() -> int:
+    return 8 * (os.cpu_count() or 1)
 
 
 def _positive(raw: str, name: str) -> int:

@@ -120,8 +120,7 @@ def info_fields(logger: logging.Logger, message: str, fields: dict) -> None:
     goes through logging as usual."""
     handler = _sole_handler(logger)
     if handler is None:
-        logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, None, None,
-                                        extra={"fields": fields}))
+        logger.handle(_record(logger, message, fields))
         return
     line = handler.formatter.line(time.time(), "INFO", logger.name, message, fields) + handler.terminator
     handler.acquire()
@@ -129,9 +128,15 @@ def info_fields(logger: logging.Logger, message: str, fields: dict) -> None:
         handler.stream.write(line)
         handler.flush()
     except Exception:  # what StreamHandler.emit does with a failed write (e.g. a closed stream)
-        handler.handleError(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, None, None))
+        handler.handleError(_record(logger, message, fields))
     finally:
         handler.release()
+
+
+def _record(logger: logging.Logger, message: str, fields: dict) -> logging.LogRecord:
+    """What logger.info(message, extra={"fields": fields}) makes, minus the caller lookup (a
+    stack walk) that a fixed-format line does not need."""
+    return logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, None, None, extra={"fields": fields})
 
 
 def _sole_handler(logger: logging.Logger) -> logging.StreamHandler | None:
