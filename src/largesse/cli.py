@@ -71,6 +71,9 @@ def serve(
         uvicorn.run("largesse.app:create_served_app", factory=True, host=host, port=port, workers=workers,
                     log_config=logs.log_config(settings.log_format, settings.log_level),
                     log_level=settings.log_level.lower(), access_log=False, proxy_headers=True,
+                    # uvloop, accepting every pending connection at each turn when the socket
+                    # is this process's alone (ops/serving.py).
+                    loop="largesse.ops.serving:new_event_loop",
                     # SIGTERM: stop accepting, give requests in flight up to 30 s, then the lifespan
                     # (or, with several workers, this process) stops delivery: jobs in hand finish,
                     # the rest go back to the queue.
