@@ -611,6 +611,11 @@ async def loop_engine(engine: Engine, *, pool_size: int):
         return
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    from largesse.pg_loop import KeptSocketConnection
+
+    # Its connections keep their socket registered with the loop between waits (pg_loop.py).
+    options = {**options, "connect_args": {**options["connect_args"],
+                                           "async_creator_fn": KeptSocketConnection.connect}}
     twin = create_async_engine(engine.url.set(drivername="postgresql+psycopg_async"), pool_size=pool_size,
                                max_overflow=pool_size, **options)
     event.listen(twin.sync_engine, "checkout", _drop_closed_connections)
