@@ -6,6 +6,7 @@ process, and --workers 2)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import socket
 import time
 
@@ -53,7 +54,17 @@ def _connect_burst(port: int) -> list[socket.socket]:
     return clients
 
 
+def _in_own_thread(fn):
+    """fn() in a thread of its own (another test may have left an event loop running in this one)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn).result(timeout=60)
+
+
 def test_a_lone_process_accepts_a_burst_of_connections_in_one_turn():
+    _in_own_thread(_lone_process_burst)
+
+
+def _lone_process_burst():
     loop = serving.new_event_loop()
     Counting.made = []
     clients = []
@@ -89,6 +100,10 @@ def test_a_lone_process_accepts_a_burst_of_connections_in_one_turn():
 def test_a_shared_socket_keeps_uvloops_own_server():
     """uvicorn's --workers processes share one listening socket: there the accept of one
     connection per turn spreads a burst among them, so it stays."""
+    _in_own_thread(_shared_socket)
+
+
+def _shared_socket():
     loop = serving.new_event_loop()
     Counting.made = []
     listening = socket.socket()
