@@ -84,10 +84,16 @@ def engine(database_url):
     engine.dispose()
 
 
-def run_in_new_loop(coroutine):
-    """Run a coroutine in its own thread and event loop (another test may have left one running here)."""
+def run_in_new_loop(coroutine, *, loop_factory=None, timeout: float = 60):
+    """Run a coroutine in its own thread and event loop (another test may have left one running
+    here); loop_factory: the loop's, e.g. `largesse serve`'s (ops.serving.new_event_loop)."""
+
+    def run():
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(coroutine)
+
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine).result(timeout=60)
+        return pool.submit(run).result(timeout=timeout)
 
 
 def free_port() -> int:

@@ -5,7 +5,6 @@ runs: a stale libuv watcher for a reused descriptor would strand a request or ab
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from sqlalchemy import text
 from largesse import db
 from largesse.ops import serving
 from largesse.pg_loop import KeptSocketConnection
+from tests.conftest import run_in_new_loop
 
 
 @pytest.fixture
@@ -24,17 +24,8 @@ def pg(backend, engine):
 
 
 def _on_uvloop(main):
-    """main(twin) on a fresh uvloop loop in its own thread, with the engine's twin (as a served app has)."""
-
-    def run():
-        loop = serving.new_event_loop()
-        try:
-            return loop.run_until_complete(main())
-        finally:
-            loop.close()
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(run).result(timeout=120)
+    """main() on a fresh loop of `largesse serve`'s kind (uvloop), in a thread of its own."""
+    return run_in_new_loop(main(), loop_factory=serving.new_event_loop, timeout=120)
 
 
 def _query(sql: str):

@@ -6,13 +6,13 @@ process, and --workers 2)."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import socket
 import time
 
 import pytest
 
 from largesse.ops import serving
+from tests.conftest import run_in_new_loop
 
 pytestmark = pytest.mark.skipif(serving.uvloop is None, reason="uvloop is not installed")
 
@@ -33,96 +33,81 @@ class Counting(asyncio.Protocol):
         self.transport.write(b"ok")
 
 
-def _busy_turns(loop, seconds: float) -> None:
-    """Run the loop for `seconds`, every turn of it spending TURN_SECONDS on the CPU, as a
+async def _busy_turns(seconds: float) -> None:
+    """Let the loop run for `seconds`, every turn of it spending TURN_SECONDS on the CPU, as a
     loaded API process's turns do (each runs the requests of all its connections)."""
+    loop = asyncio.get_running_loop()
 
     def burn():
         time.sleep(TURN_SECONDS)
         handle[0] = loop.call_soon(burn)
 
     handle = [loop.call_soon(burn)]
-    loop.run_until_complete(asyncio.sleep(seconds))
+    await asyncio.sleep(seconds)
     handle[0].cancel()
 
 
-def _connect_burst(port: int) -> list[socket.socket]:
-    clients = []
-    for _ in range(BURST):  # the kernel completes each handshake; they wait to be accepted
-        client = socket.create_connection(("127.0.0.1", port))
-        clients.append(client)
-    return clients
+async def _answered(client: socket.socket) -> bytes:
+    client.sendall(b"ping")
+    await asyncio.sleep(0.05)
+    client.settimeout(5)
+    return client.recv(2)
 
 
-def _in_own_thread(fn):
-    """fn() in a thread of its own (another test may have left an event loop running in this one)."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(fn).result(timeout=60)
+async def _close(clients: list[socket.socket]) -> None:
+    for client in clients:
+        client.close()
+    for transport in Counting.made:
+        transport.close()
+    await asyncio.sleep(0)
 
 
 def test_a_lone_process_accepts_a_burst_of_connections_in_one_turn():
-    _in_own_thread(_lone_process_burst)
+    run_in_new_loop(_lone_process_burst(), loop_factory=serving.new_event_loop)
 
 
-def _lone_process_burst():
-    loop = serving.new_event_loop()
+async def _lone_process_burst():
     Counting.made = []
     clients = []
     try:
-        server = loop.run_until_complete(loop.create_server(Counting, "127.0.0.1", 0, backlog=128))
+        server = await asyncio.get_running_loop().create_server(Counting, "127.0.0.1", 0, backlog=128)
         assert isinstance(server, serving.Listener)
         port = server.sockets[0].getsockname()[1]
-        clients = _connect_burst(port)
+        for _ in range(BURST):  # the kernel completes each handshake; they wait to be accepted
+            clients.append(socket.create_connection(("127.0.0.1", port)))
         # 5 turns of 10 ms: libuv's own server accepts one connection per turn (5 of 60).
-        _busy_turns(loop, 5 * TURN_SECONDS)
+        await _busy_turns(5 * TURN_SECONDS)
         assert len(Counting.made) == BURST
 
         # Every accepted connection is served: a request on the last one is answered.
-        clients[-1].sendall(b"ping")
-        loop.run_until_complete(asyncio.sleep(0.05))
-        clients[-1].settimeout(5)
-        assert clients[-1].recv(2) == b"ok"
+        assert await _answered(clients[-1]) == b"ok"
 
         server.close()
-        loop.run_until_complete(server.wait_closed())
+        await server.wait_closed()
         assert not server.is_serving()
         with pytest.raises(OSError):  # nothing listens any more
             socket.create_connection(("127.0.0.1", port), timeout=2)
     finally:
-        for client in clients:
-            client.close()
-        for transport in Counting.made:
-            transport.close()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.close()
+        await _close(clients)
 
 
 def test_a_shared_socket_keeps_uvloops_own_server():
     """uvicorn's --workers processes share one listening socket: there the accept of one
     connection per turn spreads a burst among them, so it stays."""
-    _in_own_thread(_shared_socket)
+    run_in_new_loop(_shared_socket(), loop_factory=serving.new_event_loop)
 
 
-def _shared_socket():
-    loop = serving.new_event_loop()
+async def _shared_socket():
     Counting.made = []
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen(128)
-    client = None
+    clients = []
     try:
-        server = loop.run_until_complete(loop.create_server(Counting, sock=listening, backlog=128))
+        server = await asyncio.get_running_loop().create_server(Counting, sock=listening, backlog=128)
         assert not isinstance(server, serving.Listener)
-        client = socket.create_connection(listening.getsockname())
-        client.sendall(b"ping")
-        loop.run_until_complete(asyncio.sleep(0.05))
-        client.settimeout(5)
-        assert client.recv(2) == b"ok"
+        clients.append(socket.create_connection(listening.getsockname()))
+        assert await _answered(clients[0]) == b"ok"
         server.close()
     finally:
-        if client is not None:
-            client.close()
-        for transport in Counting.made:
-            transport.close()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.close()
+        await _close(clients)

@@ -51,10 +51,10 @@ if uvloop is not None:
 
         async def create_server(self, protocol_factory, host=None, port=None, *, sock=None, ssl=None,
                                 backlog=100, start_serving=True, **kwargs):
+            own_socket = sock is None and ssl is None
             server = await super().create_server(protocol_factory, host, port, sock=sock, ssl=ssl, backlog=backlog,
-                                                 start_serving=start_serving and (sock is not None or ssl is not None),
-                                                 **kwargs)
-            if sock is not None or ssl is not None:
+                                                 start_serving=start_serving and not own_socket, **kwargs)
+            if not own_socket:
                 return server
             # uvloop resolved and bound the addresses; its handles have not listened yet. The
             # listening sockets go on as duplicates of its descriptors, and its server is closed.
