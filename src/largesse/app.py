@@ -28,7 +28,9 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 # Operations whose client decodes 422 but not 400 (API.md §1): validation failures there
 # answer 422 so that the official client exposes the error body as `.data`.
-VALIDATION_422 = (("POST", "/campaigns"), ("PUT", "/campaigns/"), ("POST", "/fields"), ("POST", "/rewards/"))
+# (method, path or path prefix ending in "/", path suffix)
+VALIDATION_422 = (("POST", "/campaigns", ""), ("PUT", "/campaigns/", ""), ("POST", "/fields", ""),
+                  ("POST", "/rewards/", ""), ("POST", "/webhooks/", "/simulate"))
 
 
 class ErrorBody(Out):
@@ -50,8 +52,9 @@ ERROR_RESPONSES = {
 
 def _validation_status(request: Request) -> int:
     path = request.url.path.removeprefix(API_PREFIX)
-    for method, prefix in VALIDATION_422:
-        if request.method == method and (path == prefix or (prefix.endswith("/") and path.startswith(prefix))):
+    for method, prefix, suffix in VALIDATION_422:
+        if request.method == method and (path == prefix or (prefix.endswith("/") and path.startswith(prefix))) \
+                and path.endswith(suffix):
             return 422
     return 400
 

@@ -1,4 +1,4 @@
-"""/campaigns: create (ALL_FEE_FREE), get, list, partial PUT, validation (422) and unknown products (400)."""
+"""/campaigns: create (ALL_FEE_FREE), get, list, partial PUT, validation and unknown products (422)."""
 
 from __future__ import annotations
 
@@ -76,12 +76,44 @@ def test_client_sees_422_body(api):
     assert caught.value.data.errors.payload is not None
 
 
-def test_unknown_product_is_400(http):
-    errors = error(http.post("/campaigns", json={"name": "C", "products": [GIFT_CARD_USD, "NOSUCHPRODUCT0"]}), 400)
+def test_unknown_product_is_422_which_the_client_decodes(api, http):
+    # create_campaign and update_campaign decode the error body of 422 only (API.md §1).
+    from tremendous.exceptions import UnprocessableEntityException
+
+    errors = error(http.post("/campaigns", json={"name": "C", "products": [GIFT_CARD_USD, "NOSUCHPRODUCT0"]}), 422)
     assert "NOSUCHPRODUCT0" in errors["payload"]["products"][0]
     campaign = make_campaign(http)
-    error(http.put(f"/campaigns/{campaign['id']}", json={"products": ["NOSUCHPRODUCT0"]}), 400)
+    error(http.put(f"/campaigns/{campaign['id']}", json={"products": ["NOSUCHPRODUCT0"]}), 422)
     assert ok(http.get(f"/campaigns/{campaign['id']}"))["campaign"]["products"] == [GIFT_CARD_USD]
+    with pytest.raises(UnprocessableEntityException) as caught:
+        _create(api, {"name": "C", "products": ["NOSUCHPRODUCT0"]})
+    assert caught.value.data.errors.payload == {"products": ["unknown product NOSUCHPRODUCT0"]}
+
+
+@pytest.mark.parametrize(("rule", "key"), [
+    ({"enabled": True, "countries": ["ZZ"]}, "countries"),
+    ({"enabled": True, "countries": ["US", "QQ"]}, "countries"),
+    ({"enabled": True, "currencies": ["XYZ"]}, "currencies"),
+    ({"enabled": False, "countries": ["US"], "currencies": ["ABC"]}, "currencies"),
+])
+def test_auto_add_rule_with_an_unknown_country_or_currency_is_422(http, rule, key):
+    # API.md §2.2: "an unknown country or currency gives 422", on create and on update.
+    errors = error(http.post("/campaigns", json={"name": "C", "products": [GIFT_CARD_USD],
+                                                 "auto_add_product_rule": rule}), 422)
+    assert list(errors["payload"]["auto_add_product_rule"]) == [key]
+    campaign = make_campaign(http)
+    error(http.put(f"/campaigns/{campaign['id']}", json={"auto_add_product_rule": rule}), 422)
+    assert "auto_add_product_rule" not in ok(http.get(f"/campaigns/{campaign['id']}"))["campaign"]
+    assert [c["id"] for c in ok(http.get("/campaigns"))["campaigns"]] == [campaign["id"]]
+
+
+def test_auto_add_rule_codes_are_kept_upper_case(http):
+    rule = {"enabled": True, "countries": ["us", "CA", "US"], "currencies": ["usd"]}
+    created = ok(http.post("/campaigns", json={"name": "C", "products": [GIFT_CARD_USD],
+                                               "auto_add_product_rule": rule}))["campaign"]
+    expected = {"enabled": True, "countries": ["US", "CA"], "currencies": ["USD"]}
+    assert created["auto_add_product_rule"] == expected
+    assert ok(http.get(f"/campaigns/{created['id']}"))["campaign"]["auto_add_product_rule"] == expected
 
 
 @pytest.mark.parametrize("body", [

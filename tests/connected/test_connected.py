@@ -95,7 +95,7 @@ def test_connected_members_and_sessions(org, api, other_org):
     assert api.get_connected_organization_member(alice.id).connected_organization_member.external_name == "Alice"
     with pytest.raises(NotFoundException):
         other_org.api().get_connected_organization_member(alice.id)
-    with pytest.raises(NotFoundException):
+    with pytest.raises(BadRequestException):  # the body's connected_organization_id: not theirs
         _member(other_org.api(), connected.id, "eve@example.com")
     with pytest.raises(BadRequestException):
         _member(api, connected.id, "alice@customer.example.com")  # already a member
@@ -115,6 +115,16 @@ def test_connected_members_and_sessions(org, api, other_org):
     assert api.list_connected_organization_members(connected.id).total_count == 1
     with org.http() as http:
         assert "connected_organization_id" in error(http.get("/connected_organization_members"), 400)["payload"]
+
+
+def test_member_of_an_unknown_connected_organization_is_400_at_its_property(api, other_org):
+    # An ID inside the body points at its property with a 400, the status this operation's
+    # client decodes (API.md §1: 400 401 429 500); another platform's connection is unknown too.
+    theirs = _connected(other_org.api(), "theirs-1")
+    for connected_id in ("ZZZZZZZZZZZZ", theirs.id):
+        with pytest.raises(BadRequestException) as raised:
+            _member(api, connected_id, "carol@customer.example.com")
+        assert raised.value.data.errors.payload == {"connected_organization_id": ["not found"]}
 
 
 def _confirm(client: httpx.Client, url: str) -> tuple[str, str]:

@@ -281,6 +281,20 @@ def test_unknown_product_is_400(org, http):
     assert snapshot(http) == before
 
 
+@pytest.mark.parametrize("language", ["zz", "xx-invalid", "english", "e", "", 5])
+def test_language_not_iso_639_1_is_400(org, http, language):
+    # API.md §2.1: language is an ISO-639-1 code.
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(org.member_email, language=language)), 400)
+    assert list(errors["payload"]["reward"]) == ["language"]
+    assert snapshot(http) == before
+
+
+@pytest.mark.parametrize("language", ["de", "EN", "pt-BR", "zh-Hant"])
+def test_language_iso_639_1_with_subtags_is_accepted(org, http, language):
+    ok(http.post("/orders", json=order_body(org.member_email, language=language)))
+
+
 def test_unknown_campaign_is_400(org, http):
     errors = error(http.post("/orders", json=order_body(org.member_email, campaign_id="NOSUCHCAMPAIGN")), 400)
     assert "campaign_id" in errors["payload"]["reward"]

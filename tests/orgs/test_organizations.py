@@ -120,6 +120,9 @@ def test_create_organization_without_key_and_validation(org, api, http):
                       ({"name": "X", "website": "javascript:alert(1)", "with_api_key": True}, "website"),
                       ({"name": "X", "website": "https://x.example", "with_api_key": "yes"}, "with_api_key"),
                       ({"name": "X", "website": "https://x.example", "with_api_key": True, "currency_code": "E1R"},
+                       "currency_code"),
+                      # API.md §5, CurrencyCodes: "Emit only listed values"
+                      ({"name": "X", "website": "https://x.example", "with_api_key": True, "currency_code": "XYZ"},
                        "currency_code")):
         assert key in error(http.post("/organizations", json=body), 400)["payload"]
     with pytest.raises(BadRequestException) as raised:

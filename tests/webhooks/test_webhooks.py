@@ -10,6 +10,7 @@ from tremendous.exceptions import NotFoundException, UnprocessableEntityExceptio
 
 from tests.conftest import order_body
 from tests.delivery.conftest import wait_for
+from tests.factories import error, ok
 from tests.webhooks.kit import settle
 
 
@@ -29,6 +30,17 @@ def test_manage_webhook_with_the_client(api, other_org, receiver):
     assert api.list_webhooks().webhooks == []
     with pytest.raises(NotFoundException):
         api.get_webhook(hook.id)
+
+
+@pytest.mark.parametrize("body", [{}, {"event": 1}, {"event": None}, "not json"])
+def test_simulate_with_a_bad_body_is_422(http, receiver, body):
+    # simulate_webhook's client decodes the error body of 422, not of 400 (API.md §1).
+    hook = ok(http.post("/webhooks", json={"url": receiver.url}))["webhook"]
+    sent = (http.post(f"/webhooks/{hook['id']}/simulate", content=body, headers={"Content-Type": "application/json"})
+            if isinstance(body, str) else http.post(f"/webhooks/{hook['id']}/simulate", json=body))
+    error(sent, 422)
+    assert ok(http.get(f"/webhooks/{hook['id']}/deliveries"))["total_count"] == 0
+    assert http.delete(f"/webhooks/{hook['id']}").status_code == 204
 
 
 def test_webhook_url_must_be_http(http):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
-from largesse import db
+from largesse import codes, db
 from largesse.campaigns.models import campaigns
 from largesse.catalog import service as catalog
-from largesse.errors import BadRequest, Unprocessable
+from largesse.errors import Unprocessable
 from largesse.ids import new_id
 from largesse.timeutil import utcnow
 
@@ -43,8 +43,9 @@ def list_for(conn: Connection, organization_id: str):
 
 
 def resolve_products(conn: Connection, product_ids: list[str]) -> list[str]:
-    """Expand ALL_FEE_FREE, drop duplicates (keeping order), 400 for unknown products (an ID
-    inside the body points at the property; 404 is for the resource in the path)."""
+    """Expand ALL_FEE_FREE, drop duplicates (keeping order), 422 for unknown products (an ID
+    inside the body points at the property; 404 is for the resource in the path). 422, not 400:
+    create_campaign and update_campaign's client decodes the error body of 422 only (API.md §1)."""
     resolved: list[str] = []
     for pid in product_ids:
         expanded = catalog.fee_free_ids(conn) if pid == ALL_FEE_FREE else [pid]
@@ -52,13 +53,29 @@ def resolve_products(conn: Connection, product_ids: list[str]) -> list[str]:
     known = catalog.get_many(conn, resolved)
     missing = [pid for pid in resolved if pid not in known]
     if missing:
-        raise BadRequest(f"Unknown product {missing[0]}", {"products": [f"unknown product {p}" for p in missing]})
+        raise Unprocessable(f"Unknown product {missing[0]}",
+                            {"products": [f"unknown product {p}" for p in missing]})
     return resolved
 
 
 def _check_rule(changes: dict) -> None:
+    """fee_charged_to from its list; auto_add_product_rule's countries and currencies known codes
+    (API.md §2.2: an unknown one gives 422), stored upper case."""
     if changes.get("fee_charged_to") not in (None, *FEE_CHARGED_TO):
         raise Unprocessable("fee_charged_to must be SENDER or RECIPIENT", {"fee_charged_to": ["is not included"]})
+    rule = changes.get("auto_add_product_rule")
+    for key, known, what in (("countries", codes.country, "an ISO 3166-1 alpha-2 country code"),
+                             ("currencies", codes.currency, "a known currency code")):
+        values = (rule or {}).get(key)
+        if values is None:
+            continue
+        checked = [known(v) for v in values]
+        if None in checked:
+            bad = values[checked.index(None)]
+            raise Unprocessable(f"auto_add_product_rule.{key}: {bad!r} is not {what}",
+                                {"auto_add_product_rule": {key: [f"{v!r} is not {what}" for v, c
+                                                                 in zip(values, checked, strict=True) if c is None]}})
+        rule[key] = list(dict.fromkeys(checked))
 
 
 def create(conn: Connection, organization_id: str, values: dict):

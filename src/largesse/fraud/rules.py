@@ -14,6 +14,7 @@ import socket
 from decimal import Decimal
 from typing import Any
 
+from largesse import codes
 from largesse.jsonbody import problem
 from largesse.money import MoneyError, to_cents
 from largesse.money import to_wire as money_to_wire
@@ -36,15 +37,6 @@ PERIODS = ("7", "30", "90", "120", "365", "all_time")
 MAX_LIST = 50_000
 MAX_AMOUNT_CENTS = 10**13
 
-COUNTRIES = frozenset((
-    "AD AE AF AG AI AL AM AO AQ AR AS AT AU AW AX AZ BA BB BD BE BF BG BH BI BJ BL BM BN BO BQ BR BS BT BV BW BY "
-    "BZ CA CC CD CF CG CH CI CK CL CM CN CO CR CU CV CW CX CY CZ DE DJ DK DM DO DZ EC EE EG EH ER ES ET FI FJ FK "
-    "FM FO FR GA GB GD GE GF GG GH GI GL GM GN GP GQ GR GS GT GU GW GY HK HM HN HR HT HU ID IE IL IM IN IO IQ IR "
-    "IS IT JE JM JO JP KE KG KH KI KM KN KP KR KW KY KZ LA LB LC LI LK LR LS LT LU LV LY MA MC MD ME MF MG MH MK "
-    "ML MM MN MO MP MQ MR MS MT MU MV MW MX MY MZ NA NC NE NF NG NI NL NO NP NR NU NZ OM PA PE PF PG PH PK PL PM "
-    "PN PR PS PT PW PY QA RE RO RS RU RW SA SB SC SD SE SG SH SI SJ SK SL SM SN SO SR SS ST SV SX SY SZ TC TD TF "
-    "TG TH TJ TK TL TM TN TO TR TT TV TW TZ UA UG UM US UY UZ VA VC VE VG VI VN VU WF WS YE YT ZA ZM ZW XK"
-).split())
 EMAIL = re.compile(r"[^@\s]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}"
                    r"[A-Za-z0-9])?)+")
 DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}"
@@ -100,8 +92,8 @@ def clean_ips(values: list[str], where: tuple) -> list[str]:
 def clean_countries(values: list[str], where: tuple) -> list[str]:
     out = []
     for i, raw in enumerate(values):
-        code = raw.strip().upper()
-        if code not in COUNTRIES:
+        code = codes.country(raw)
+        if code is None:
             raise problem((*where, i), "is not an ISO 3166-1 alpha-2 country code")
         out.append(code)
     return list(dict.fromkeys(out))

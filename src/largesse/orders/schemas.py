@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from largesse import codes
 from largesse.money import Amount, ExactJsonModel, exact_amount
 from largesse.schemas import Id, Name, Out, Text, Wire
 
@@ -62,6 +63,18 @@ class RewardIn(Wire):
     custom_fields: list[CustomFieldIn] | None = Field(default=None, max_length=MAX_CUSTOM_FIELDS)
     deliver_at: dt.date | None = Field(default=None, strict=False)
     language: Text(10) | None = None
+
+    @field_validator("language")
+    @classmethod
+    def iso_639_1(cls, value: str | None) -> str | None:
+        """API.md §2.1: an ISO-639-1 code (`en`, `de`); a region or script subtag may follow
+        (`pt-BR`). Stored with the code lower case."""
+        if value is None:
+            return None
+        tag = codes.language(value)
+        if tag is None:
+            raise ValueError("must be an ISO 639-1 language code such as en or de")
+        return tag
 
     @field_validator("deliver_at", mode="before")
     @classmethod

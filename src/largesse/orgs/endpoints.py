@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body
 from pydantic import StrictBool
 from starlette.responses import Response
 
-from largesse import auth, db
+from largesse import auth, codes, db
 from largesse.auth import CallerDep
 from largesse.errors import BadRequest
 from largesse.orgs import roles, service, suborgs
@@ -25,7 +25,6 @@ router = APIRouter(tags=["organization"])
 # A website as an organization gives it: http(s) URL or a bare host name, optionally a path.
 WEBSITE = re.compile(r"^(https?://)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*(:\d{1,5})?"
                      r"(/[^\s<>\"'\\]*)?$")
-CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 
 class CreateMemberIn(Wire):
@@ -124,9 +123,10 @@ async def create_organization(body: CreateOrganizationIn, caller: CallerDep, eng
     website = body.website.strip()
     if not WEBSITE.match(website):
         raise BadRequest("website must be an http(s) URL or a domain name", {"website": ["is not a valid URL"]})
-    currency = body.currency_code.upper() if body.currency_code else None
-    if currency is not None and not CURRENCY.match(currency):
-        raise BadRequest("currency_code must be a 3-letter currency code", {"currency_code": ["is not a currency"]})
+    currency = codes.currency(body.currency_code) if body.currency_code else None
+    if body.currency_code and currency is None:
+        raise BadRequest("currency_code must be one of the currency codes of API.md §5 (ISO 4217)",
+                         {"currency_code": ["is not a currency"]})
     copy = (body.copy_settings or CopySettingsIn()).model_dump()
 
     def create(conn):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, bindparam, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from largesse import auth, db
+from largesse import auth, codes, db
 from largesse.errors import BadRequest, NotFound, Unprocessable
 from largesse.funding import service as funding
 from largesse.ids import new_id
@@ -47,6 +47,10 @@ class CreatedOrg:
 
 def create_org(conn: Connection, *, name: str, member_email: str, member_name: str | None, sandbox: bool,
                currency_code: str = "USD") -> CreatedOrg:
+    currency = codes.currency(currency_code)
+    if currency is None:
+        raise OrgError(f"{currency_code!r} is not one of the currency codes of API.md §5 (ISO 4217)")
+    currency_code = currency
     org_id = new_id()
     conn.execute(organizations.insert().values(
         id=org_id, name=name, currency_code=currency_code, fee_basis_points=0, fee_flat_cents=0,
