@@ -11,13 +11,21 @@ For each configuration both servers run side by side on their own fresh database
 history), are warmed up, then measured in turn (Largesse, baseline, baseline, Largesse, ...)
 `reps` times per load; we report medians and the ratio of the medians.
 
+Orders/s by API process count (1, 2, 4 on PostgreSQL) are measured with every server running
+at once, in turn, round after round (bench_processes).
+
 Run alone: python -m bench.orders [--quick] [--db sqlite|postgresql] [--workers 1,2,4]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import statistics
+import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 
 from bench import common
@@ -47,9 +55,10 @@ CONFIGS = (
     Config("sqlite", 1, False, (MANY16,)),
     Config("postgresql", 2, True, (MANY16, MANY64, ONE16)),
     Config("postgresql", 2, False, (MANY16,)),
-    Config("postgresql", 1, True, (MANY16,)),
-    Config("postgresql", 4, True, (MANY16,)),
 )
+# Orders/s by API process count (PostgreSQL, many organizations, c16, delivery on): measured
+# side by side, see bench_processes.
+PROCESSES = (1, 2, 4)
 
 
 def parse_args(args: list[str] | None):
@@ -167,6 +176,106 @@ def bench_config(config: Config, *, duration: float, warmup: float, reps: int, n
             "history_per_org": history, "loads": loads, "orders_200": ok_total, "orders_in_db": in_db}
 
 
+def connections_per_process(server: common.Server) -> list[int]:
+    """How the server's established client connections are spread over its processes, most first
+    (`ss`); empty when ss is not there."""
+    try:
+        out = subprocess.run(["ss", "-tnpH", "state", "established", f"( sport = :{server.port} )"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    pids = collections.Counter(line.split("pid=", 1)[1].split(",", 1)[0] for line in out.splitlines()
+                               if "pid=" in line)
+    return sorted(pids.values(), reverse=True)
+
+
+def bench_processes(processes: tuple[int, ...], *, duration: float, warmup: float, rounds: int, n_orgs: int,
+                    history: int, work) -> dict:
+    """PostgreSQL, many organizations, c16, delivery on: Largesse and the bare app with each of
+    PROCESSES API processes, all running at once on their own databases and measured in turn,
+    round after round (the order rotating each round). Measured one configuration after the
+    other, the figures of one process count fell on another moment of the machine; and each wrk
+    run opens new connections, which the processes sharing the socket take unevenly (all 16 in
+    one process of two in some runs): the table shows that spread, and the per-round ratios of 4
+    processes to 2 show what of the difference is the process count."""
+    names = [(name, w) for w in processes for name in ("largesse", "baseline")]
+    series = {key: common.Series() for key in names}
+    spreads: dict = {key: [] for key in names}
+    with contextlib.ExitStack() as stack:
+        urls, orgs, servers = {}, {}, {}
+        for name, w in names:
+            url = urls[(name, w)] = stack.enter_context(common.database("postgresql", work, f"procs-{name}-{w}"))
+            common.prepare_database(url)
+            orgs[(name, w)] = [common.create_funded_org(url, f"Bench Corp {i}") for i in range(n_orgs)]
+            common.seed_history(url, orgs[(name, w)], history)
+            servers[(name, w)] = (common.largesse_server(url, w, work, delivery=True) if name == "largesse"
+                                  else common.baseline_server(url, w, work))
+        try:
+            for server in servers.values():
+                server.start()
+
+            def measure(key, seconds: float, record: bool):
+                server = servers[key]
+                spread: list[int] = []
+                peek = threading.Timer(seconds / 2, lambda: spread.extend(connections_per_process(server)))
+                peek.start()
+                try:
+                    result = common.run_wrk(f"{server.url}/api/v2/orders", duration=seconds, mode="order",
+                                            orgs=orgs[key], external_id=True, connections=16, server=server)
+                finally:
+                    peek.cancel()
+                    peek.join()
+                if key[0] == "largesse":  # its delivery drains the emails of this run before the next one
+                    wait_for_delivery(urls[key])
+                if record:
+                    series[key].add(result)
+                    spreads[key].append(spread)
+                    common.log(f"  processes {key[0]:<8} w{key[1]}: {result.ok_rps:7.1f}/s p99 {result.p99_ms:6.1f} ms "
+                               f"cpu {result.cpu_ms or 0:.2f} ms/req  connections per process {spread}")
+                return result
+
+            for key in names:
+                measure(key, warmup, record=False)
+            for rnd in range(rounds):
+                shift = rnd % len(names)
+                for key in names[shift:] + names[:shift]:
+                    measure(key, duration, record=True)
+        finally:
+            for server in servers.values():
+                server.stop()
+    rows = []
+    for w in processes:
+        mine, bare = series[("largesse", w)].summary(), series[("baseline", w)].summary()
+        rows.append({"workers": w, "largesse": mine, "baseline": bare,
+                     "ratio": round(mine["rps"] / bare["rps"], 3) if bare["rps"] else None,
+                     "connections_per_process": spreads[("largesse", w)]})
+    four, two = (series[("largesse", w)].runs if ("largesse", w) in series else [] for w in (4, 2))
+    paired = [a.ok_rps / b.ok_rps for a, b in zip(four, two, strict=False) if b.ok_rps]
+    return {"rounds": rounds, "duration_s": duration, "rows": rows,
+            "four_to_two": {"median": round(statistics.median(paired), 3) if paired else None,
+                            "rounds_not_slower": sum(r >= 1 for r in paired), "rounds": len(paired),
+                            "each": [round(r, 3) for r in paired]}}
+
+
+def print_processes(result: dict) -> None:
+    print(f"\nPostgreSQL, many organizations, c16, delivery on, by API process count: every server running, "
+          f"measured in turn, medians of {result['rounds']} rounds x {result['duration_s']:g} s")
+    header = (f"{'procs':>5}{'orders/s':>10}{'p99 ms':>8}{'cpu ms':>8}{'bare/s':>9}{'ratio':>7}"
+              "  Largesse's connections per process, each round")
+    print(header)
+    print("-" * len(header))
+    for row in result["rows"]:
+        s, b = row["largesse"], row["baseline"]
+        cpu = f"{s['cpu_ms_per_req']:.2f}" if s.get("cpu_ms_per_req") is not None else "-"
+        ratio = f"{row['ratio']:.2f}" if row["ratio"] is not None else "-"
+        spread = " ".join("/".join(map(str, c)) or "?" for c in row["connections_per_process"])
+        print(f"{row['workers']:>5}{s['rps']:>10.1f}{s['p99_ms']:>8.1f}{cpu:>8}{b['rps']:>9.1f}{ratio:>7}  {spread}")
+    ft = result["four_to_two"]
+    if ft["median"] is not None:
+        print(f"4 processes against 2, round by round: median {ft['median']:.2f}, not slower in "
+              f"{ft['rounds_not_slower']} of {ft['rounds']} ({', '.join(f'{r:.2f}' for r in ft['each'])})")
+
+
 def main(args: list[str] | None = None) -> dict:
     opts = parse_args(args)
     if not common.ensure_wrk():  # run on its own, not through bench.run, which checks it first
@@ -182,12 +291,20 @@ def main(args: list[str] | None = None) -> dict:
     wanted = {int(w) for w in opts.workers.split(",")} if opts.workers else None
     configs = [c for c in CONFIGS if c.db in kinds and (wanted is None or c.workers in wanted)
                and not (opts.no_delivery and c.delivery)]
+    processes = tuple(w for w in PROCESSES if wanted is None or w in wanted)
+    by_processes = "postgresql" in kinds and not opts.no_delivery and len(processes) > 1
     results: dict = {"duration_s": duration, "reps": reps, "configs": []}
     with common.workdir() as work:
         for config in configs:
             results["configs"].append(bench_config(config, duration=duration, warmup=warmup, reps=reps,
                                                    n_orgs=opts.orgs, history=history, work=work))
+        if by_processes:
+            results["processes"] = bench_processes(processes, duration=duration, warmup=warmup,
+                                                   rounds=3 if opts.quick else 5, n_orgs=opts.orgs,
+                                                   history=history, work=work)
     print_table(results)
+    if by_processes:
+        print_processes(results["processes"])
     return results
 
 
@@ -235,12 +352,6 @@ def _print_derived(results: dict) -> None:
             print(f"{db} {workers} proc: API p99 with delivery running / without: "
                   f"{on['largesse']['p99_ms']:.1f} / {off['largesse']['p99_ms']:.1f} ms = "
                   f"{on['largesse']['p99_ms'] / off['largesse']['p99_ms']:.2f}x")
-    scaling = [(w, find("postgresql", w, True)) for w in (1, 2, 4)]
-    scaling = [(w, load) for w, load in scaling if load]
-    if len(scaling) > 1:
-        print("PostgreSQL, many organizations, c16, by API process count: " + ", ".join(
-            f"{w} -> {load['largesse']['rps']:.0f}/s (bare {load['baseline']['rps']:.0f}/s, "
-            f"ratio {load['ratio']:.2f})" for w, load in scaling))
 
 
 if __name__ == "__main__":
