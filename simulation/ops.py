@@ -219,7 +219,10 @@ def _live(sim, reward: RewardM) -> bool:
 
 
 def op_cancel(sim) -> str:
-    reward = _pick_reward(sim, prefer=lambda r: r.outcome == "ACTIVE")
+    if sim.delivery_failed and sim.rng.random() < 0.6:
+        reward = sim.model.rewards[sim.delivery_failed[sim.rng.randrange(len(sim.delivery_failed))]]
+    else:
+        reward = _pick_reward(sim, prefer=lambda r: r.outcome == "ACTIVE")
     if reward is None:
         return op_order(sim)
     if sim.rng.random() < 0.1:  # another organization's key: 404, nothing changes
@@ -231,13 +234,17 @@ def op_cancel(sim) -> str:
         except Exception as exc:
             return _expected_failure(sim, exc, f"cancel {reward.id} by another organization")
         raise Violation(f"organization {other.id} canceled reward {reward.id} of {reward.org}")
-    what = f"cancel {reward.id} ({reward.outcome})"
-    expected = _live(sim, reward)
+    with sim.fault.pause(), db.read(sim.engine) as conn:
+        delivery_status = conn.execute(select(rewards.c.delivery_status).where(rewards.c.id == reward.id)).scalar_one()
+    what = f"cancel {reward.id} ({reward.outcome}, delivery {delivery_status})"
+    # API.md §2.5: only a reward whose delivery failed can be canceled.
+    expected = _live(sim, reward) and delivery_status == "FAILED"
     try:
         refunded = delivery.cancel_reward(sim.engine, org=reward.org, reward_id=reward.id)
     except Unprocessable as exc:
         if expected:
-            raise Violation(f"{what}: refused although it is active and unexpired: {exc}") from exc
+            raise Violation(f"{what}: refused although it is active, unexpired and its delivery failed: {exc}") \
+                from exc
         return f"{what}: 422 as expected"
     except Exception as exc:
         return _expected_failure(sim, exc, what)

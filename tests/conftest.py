@@ -141,6 +141,28 @@ def base_settings(database_url, tmp_path_factory) -> Settings:
     )
 
 
+def failing(email: str) -> str:
+    """The sandbox recipient whose delivery fails at its first attempt (docs/sandbox.md): only a
+    reward whose delivery failed can be canceled (API.md §2.5)."""
+    local, _, domain = email.partition("@")
+    return f"{local}+fail@{domain}"
+
+
+@pytest.fixture
+def deliver(engine, base_settings):
+    """Run the delivery worker over the queue until it is empty: rewards sent to failing()
+    addresses end with delivery FAILED, the others SUCCEEDED."""
+    from dataclasses import replace
+
+    from largesse.delivery.worker import Worker
+
+    def run() -> int:
+        return Worker(engine, replace(base_settings, worker_poll_seconds=0.05, job_retry_base_seconds=0.05,
+                                      job_retry_max_seconds=0.2)).drain()
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def server(base_settings, engine):
     """The shared API server (no background worker) for this backend."""

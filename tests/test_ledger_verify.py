@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from largesse import db
 from largesse.funding.service import Problem, verify
+from tests.conftest import failing
 from tests.factories import ok, place
 from tests.redemption.conftest import GIFT_CARD, csrf_of, link_reward, page_client
 
@@ -41,9 +42,10 @@ def _redeem(org) -> str:
     return reward_id
 
 
-def _cancel(org, http) -> tuple[str, str]:
-    order = place(http, org.member_email, denomination=20)
+def _cancel(org, http, deliver) -> tuple[str, str]:
+    order = place(http, failing(org.member_email), denomination=20)
     reward_id = order["rewards"][0]["id"]
+    deliver()  # its delivery fails: it can be canceled (API.md §2.5)
     ok(http.post(f"/rewards/{reward_id}/cancel"))
     return order["id"], reward_id
 
@@ -52,16 +54,16 @@ def _what(problems: list[Problem]) -> set[tuple[str, str]]:
     return {(p.what, p.id) for p in problems}
 
 
-def test_a_real_history_has_no_findings(org, http, engine):
+def test_a_real_history_has_no_findings(org, http, engine, deliver):
     place(http, org.member_email, denomination=10)
-    _cancel(org, http)
+    _cancel(org, http, deliver)
     _redeem(org)
     place(http, org.member_email, denomination=12.34)
     assert _findings(engine, org) == []
 
 
-def test_deleted_refund_with_the_balance_lowered_to_match(org, http, engine):
-    order_id, reward_id = _cancel(org, http)
+def test_deleted_refund_with_the_balance_lowered_to_match(org, http, engine, deliver):
+    order_id, reward_id = _cancel(org, http, deliver)
     refund = dict(_one(engine, "SELECT * FROM ledger_entries WHERE reward_id = :r AND kind = 'reward_refund'",
                        r=reward_id))
     _sql(engine, "DELETE FROM ledger_entries WHERE id = :id", id=refund["id"])
@@ -146,11 +148,11 @@ def test_wrong_running_balance_is_reported_once(org, http, engine):
     assert _findings(engine, org) == []
 
 
-def test_redeemed_without_payout_and_payout_of_canceled(org, http, engine):
+def test_redeemed_without_payout_and_payout_of_canceled(org, http, engine, deliver):
     redeemed = _redeem(org)
     payout = dict(_one(engine, "SELECT * FROM payouts WHERE reward_id = :r", r=redeemed))
     _sql(engine, "DELETE FROM payouts WHERE reward_id = :r", r=redeemed)
-    order_id, canceled = _cancel(org, http)
+    order_id, canceled = _cancel(org, http, deliver)
     _sql(engine, "INSERT INTO payouts (reward_id, organization_id, product_id, provider, created_at)"
                  " VALUES (:r, :org, :p, 'sandbox', CURRENT_TIMESTAMP)", r=canceled, org=org.id, p=GIFT_CARD)
     try:
@@ -163,8 +165,8 @@ def test_redeemed_without_payout_and_payout_of_canceled(org, http, engine):
     assert _findings(engine, org) == []
 
 
-def test_refund_of_the_wrong_amount_and_a_changed_debit(org, http, engine):
-    order_id, reward_id = _cancel(org, http)
+def test_refund_of_the_wrong_amount_and_a_changed_debit(org, http, engine, deliver):
+    order_id, reward_id = _cancel(org, http, deliver)
     _sql(engine, "UPDATE ledger_entries SET amount_cents = amount_cents + 1, balance_after_cents ="
                  " balance_after_cents + 1 WHERE reward_id = :r", r=reward_id)
     _sql(engine, "UPDATE orders SET refund_cents = refund_cents + 1 WHERE id = :o", o=order_id)

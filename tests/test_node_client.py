@@ -13,7 +13,7 @@ import pytest
 
 from largesse import auth, db
 from largesse.orders import approvals
-from tests.conftest import GIFT_CARD_USD
+from tests.conftest import GIFT_CARD_USD, failing
 from tests.factories import ok, order_body
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,10 +34,12 @@ def _run(org, **extra) -> dict:
     return report
 
 
-def test_every_response_fits_the_node_clients_types(org, engine):
+def test_every_response_fits_the_node_clients_types(org, engine, http, deliver):
     with db.write(engine) as conn:
         _, read_only = auth.issue_key(conn, organization_id=org.id, permission="read_only")
-    report = _run(org, read_only_key=read_only)
+    failed = ok(http.post("/orders", json=order_body(failing(org.member_email))))["order"]
+    deliver()  # its delivery fails, so that the script can cancel it
+    report = _run(org, read_only_key=read_only, failed_order=failed["id"], failed_reward=failed["rewards"][0]["id"])
     assert len(report["calls"]) >= 25, report["calls"]
     assert report["problems"] == [], "\n".join(report["problems"])
 

@@ -33,6 +33,9 @@ class Settings:
     mail_from_name: str = "Largesse Rewards"
     sms_url: str | None = None
     run_worker: bool = True
+    # POST /rewards/{id}/cancel: only rewards whose delivery failed (API.md §2.5), or, with this
+    # set, any unredeemed, unexpired reward (docs/delivery.md, "Cancel").
+    cancel_any_unredeemed: bool = False
     # Delivery worker processes that `largesse serve` supervises (delivery/supervisor.py), and
     # their niceness: background work that yields the CPU to the API when both want it (0: none).
     delivery_processes: int = 1
@@ -141,6 +144,7 @@ class Settings:
             mail_from_name=get("MAIL_FROM_NAME", "Largesse Rewards"),
             sms_url=get("SMS_URL"),
             run_worker=get("RUN_WORKER", "1") not in ("0", "false", "no"),
+            cancel_any_unredeemed=get("CANCEL_ANY_UNREDEEMED", "0") not in ("0", "false", "no", ""),
             delivery_processes=int(get("DELIVERY_PROCESSES", "1")),
             delivery_nice=_niceness(get("DELIVERY_NICE", "10")),
             delivery_yield_seconds=float(get("DELIVERY_YIELD_SECONDS", "10")),

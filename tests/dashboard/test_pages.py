@@ -181,7 +181,13 @@ def test_csv_file_problems(admin):
 
 
 def test_cancel_resend_and_generate_link(admin, http, org, engine, server):
-    reward = place(http, org.member_email)["rewards"][0]
+    pending = place(http, org.member_email)["rewards"][0]
+    path = f"/dashboard/rewards/{pending['id']}"
+    refused = post(admin, path, f"{path}/cancel", {})  # API.md §2.5: only after a failed delivery
+    assert refused.status_code == 422 and "its delivery has not failed" in text_of(refused.text)
+    local, domain = org.member_email.split("@")
+    reward = place(http, f"{local}+fail@{domain}")["rewards"][0]
+    deliver_mail(engine, server.settings)
     path = f"/dashboard/rewards/{reward['id']}"
     response = post(admin, path, f"{path}/cancel", {})
     assert response.status_code == 303
@@ -190,7 +196,6 @@ def test_cancel_resend_and_generate_link(admin, http, org, engine, server):
     again = post(admin, path, f"{path}/cancel", {})
     assert again.status_code == 404 or "Cancel reward" not in again.text
     # A delivery that fails, then a resend to a new address.
-    local, domain = org.member_email.split("@")
     failing = place(http, f"{local}+fail@{domain}")["rewards"][0]
     deliver_mail(engine, server.settings)
     path = f"/dashboard/rewards/{failing['id']}"

@@ -1,4 +1,5 @@
-"""cancel, generate_link and expiry: refunds exactly once, whatever the races."""
+"""cancel, generate_link and expiry: refunds exactly once, whatever the races. A reward can be
+canceled only once its delivery failed (API.md §2.5), unless LARGESSE_CANCEL_ANY_UNREDEEMED=1."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from largesse.funding.models import ledger_entries
 from largesse.orders.models import rewards
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
+from tests.conftest import failing
 from tests.delivery.conftest import job_rows, reward_row
 from tests.factories import available_cents, error, ok, place
 
@@ -31,21 +33,22 @@ def _set_reward(engine, reward_id: str, **values) -> None:
         conn.execute(update(rewards).where(rewards.c.id == reward_id).values(**values))
 
 
-def test_cancel_refunds_value_and_fee_once(org, http, api, cli, engine):
+def test_cancel_refunds_value_and_fee_once(org, http, api, cli, engine, deliver):
     from tremendous.exceptions import UnprocessableEntityException
 
     cli("org", "fees", "--org", org.id, "--basis-points", "200", "--flat", "0.50")
     before = available_cents(http)
-    order = place(http, org.member_email, denomination=20)
+    order = place(http, failing(org.member_email), denomination=20)
     reward_id = order["rewards"][0]["id"]
     assert available_cents(http) == before - 2000 - 40 - 50
+    deliver()
+    assert api.get_reward(reward_id).reward.delivery.status == "FAILED"
 
     assert api.cancel_reward(reward_id) == {}
     assert available_cents(http) == before
     assert _refunds(engine, reward_id) == [2090]
     row = reward_row(engine, reward_id)
     assert row.status == "CANCELED" and row.canceled_at is not None
-    assert [j.status for j in job_rows(engine, reward_id)] == ["done"]  # the email will not go out
     got = ok(http.get(f"/orders/{order['id']}"))["order"]
     assert got["payment"]["refund"] == {"total": 20.9, "currency_code": "USD"}
     assert api.get_order(order["id"]).order.payment.refund.total == 20.9
@@ -57,8 +60,38 @@ def test_cancel_refunds_value_and_fee_once(org, http, api, cli, engine):
     assert "ledger OK" in cli("ledger", "verify").stdout
 
 
-def test_concurrent_cancels_refund_once(org, engine):
-    reward_id = place(org.http(), org.member_email)["rewards"][0]["id"]
+def test_cancel_only_after_a_failed_delivery(org, http, api, engine, deliver):
+    # API.md §2.5: "cancel only works on non-expired rewards with a delivery failure".
+    from tremendous.exceptions import UnprocessableEntityException
+
+    before = available_cents(http)
+    pending = place(http, org.member_email)["rewards"][0]["id"]
+    link = place(http, org.member_email, method="LINK")["rewards"][0]["id"]
+    with pytest.raises(UnprocessableEntityException) as refused:
+        api.cancel_reward(pending)
+    assert refused.value.data.errors.payload == {"id": ["its delivery has not failed (delivery PENDING)"]}
+    deliver()
+    assert api.get_reward(pending).reward.delivery.status == "SUCCEEDED"
+    for reward_id in (pending, link):
+        assert "has not failed" in error(http.post(f"/rewards/{reward_id}/cancel"), 422)["message"]
+        assert reward_row(engine, reward_id).status == "ACTIVE" and _refunds(engine, reward_id) == []
+    assert available_cents(http) == before - 5000
+
+
+def test_cancel_any_unredeemed_reward_when_the_server_allows_it(org, make_server, engine):
+    server = make_server(cancel_any_unredeemed=True)
+    with org.http() as client:
+        client.base_url = f"{server.url}/api/v2"
+        reward_id = place(client, org.member_email)["rewards"][0]["id"]
+        assert reward_row(engine, reward_id).delivery_status == "PENDING"
+        ok(client.post(f"/rewards/{reward_id}/cancel"))
+    assert reward_row(engine, reward_id).status == "CANCELED" and _refunds(engine, reward_id) == [2500]
+    assert [j.status for j in job_rows(engine, reward_id)] == ["done"]  # the email will not go out
+
+
+def test_concurrent_cancels_refund_once(org, engine, deliver):
+    reward_id = place(org.http(), failing(org.member_email))["rewards"][0]["id"]
+    deliver()
     barrier = threading.Barrier(8)
 
     def cancel(_):
@@ -155,6 +188,7 @@ def _try_cancel(engine, org_id: str, reward_id: str):
     from largesse.errors import Unprocessable
 
     try:
-        return service.cancel_reward(engine, org=org_id, reward_id=reward_id)
+        # any_delivery: these LINK rewards never fail delivery; the race is cancel against expiry.
+        return service.cancel_reward(engine, org=org_id, reward_id=reward_id, any_delivery=True)
     except Unprocessable:
         return 0

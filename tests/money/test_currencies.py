@@ -8,6 +8,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
+from tests.conftest import failing
 from tests.factories import TRAVEL_MULTI, available_cents, client_order, error, ok, order_body
 from tests.money.conftest import cli_json, ledger_problems
 
@@ -74,9 +75,10 @@ def test_fees_convert_with_the_denomination_rounded_half_up(org, http, cli):
     assert ledger_problems(cli, org.id) == []
 
 
-def test_canceling_a_converted_reward_refunds_what_was_charged(org, api, http, cli):
+def test_canceling_a_converted_reward_refunds_what_was_charged(org, api, http, cli, deliver):
     before = available_cents(http)
-    order = ok(http.post("/orders", json=_eur_body(org.member_email, denomination=25.55)))["order"]
+    order = ok(http.post("/orders", json=_eur_body(failing(org.member_email), denomination=25.55)))["order"]
+    deliver()  # its delivery fails: it can be canceled (API.md §2.5)
     api.cancel_reward(order["rewards"][0]["id"])
     assert available_cents(http) == before
     assert ledger_problems(cli, org.id) == []

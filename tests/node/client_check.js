@@ -62,9 +62,10 @@ async function main() {
   await call("getReward(LINK)", "GetReward200Response", rewards.getReward(linkReward));
   await call("listRewards", "ListRewards200Response", rewards.listRewards());
   await call("generateRewardLink", "GenerateRewardLink200Response", rewards.generateRewardLink(linkReward));
-  // cancelReward returns an untyped object: only its success matters here.
-  calls.push({ name: "cancelReward", status: (await rewards.cancelReward(emailOrder.order.rewards[0].id)).status });
-  await call("getOrder(canceled)", "GetOrder200Response", orders.getOrder(emailOrder.order.id));
+  // cancelReward returns an untyped object: only its success matters here. Only a reward whose
+  // delivery failed can be canceled (API.md §2.5): the test made one (args.failed_order).
+  calls.push({ name: "cancelReward", status: (await rewards.cancelReward(args.failed_reward)).status });
+  await call("getOrder(canceled)", "GetOrder200Response", orders.getOrder(args.failed_order));
 
   const funding = api(tremendous.FundingSourcesApi);
   await call("listFundingSources", "ListFundingSources200Response", funding.listFundingSources());

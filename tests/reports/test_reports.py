@@ -20,6 +20,7 @@ from largesse.delivery.worker import Worker
 from largesse.reports.generate import COLUMNS
 from largesse.reports.models import reports
 from largesse.timeutil import utcnow
+from tests.conftest import failing
 from tests.factories import error, make_field, ok, order_body
 from tests.fraud.conftest import events_for, link_reward, redeem
 
@@ -55,7 +56,9 @@ def test_report_is_generated_by_the_worker_and_downloaded(org, api, http, engine
         {"id": field["id"], "value": "Sales"}])))["order"]["rewards"][0]["id"]
     redeemed, link = link_reward(org, denomination=30)
     redeem(link)
-    canceled = ok(http.post("/orders", json=order_body(org.member_email, denomination=7)))["order"]["rewards"][0]["id"]
+    canceled = ok(http.post("/orders", json=order_body(failing(org.member_email), denomination=7)))["order"][
+        "rewards"][0]["id"]
+    work()  # its delivery fails: it can be canceled (API.md §2.5)
     assert http.post(f"/rewards/{canceled}/cancel").status_code == 200
     hostile = ok(http.post("/orders", json=order_body(org.member_email, recipient={
         "name": "=HYPERLINK(\"http://x\")", "email": org.member_email})))
@@ -95,7 +98,9 @@ def test_report_is_generated_by_the_worker_and_downloaded(org, api, http, engine
 
 
 def test_filters_select_rewards(org, api, http, work):
-    small = ok(http.post("/orders", json=order_body(org.member_email, denomination=5)))["order"]["rewards"][0]["id"]
+    small = ok(http.post("/orders", json=order_body(failing(org.member_email), denomination=5)))["order"][
+        "rewards"][0]["id"]
+    work()  # its delivery fails: it can be canceled (API.md §2.5)
     big = ok(http.post("/orders", json=order_body(org.member_email, denomination=80)))["order"]
     linked, _ = link_reward(org, denomination=50)
     assert http.post(f"/rewards/{small}/cancel").status_code == 200

@@ -6,6 +6,7 @@ from tremendous import CreateWebhookRequest
 
 from largesse import db
 from largesse.orders import approvals
+from tests.conftest import failing
 from tests.delivery.conftest import wait_for
 from tests.factories import many_rewards_body, ok, order_body
 from tests.webhooks.kit import settle
@@ -35,8 +36,9 @@ def test_order_canceled_event_when_its_last_reward_is_canceled(org, api, http, r
     settings = fast()
     settle(engine, settings)
     api.create_webhook(CreateWebhookRequest(url=receiver.url))
-    order = ok(http.post("/orders", json=many_rewards_body(org.member_email, [10, 20])))["order"]
+    order = ok(http.post("/orders", json=many_rewards_body(failing(org.member_email), [10, 20])))["order"]
     first, second = (r["id"] for r in order["rewards"])
+    wait_for(lambda: len(receiver.events("REWARDS.DELIVERY.FAILED")) == 2, settings=settings, engine=engine)
     api.cancel_reward(first)
     api.cancel_reward(second)
     wait_for(lambda: receiver.events("ORDERS.CANCELED") and len(receiver.events("REWARDS.CANCELED")) == 2,

@@ -45,10 +45,12 @@ def resend_reward(reward_id: str, caller: CallerDep, engine: EngineDep, settings
 
 
 @router.post("/rewards/{reward_id}/cancel", response_model=Empty)
-def cancel_reward(reward_id: str, caller: CallerDep, engine: EngineDep):
-    """Cancel an unredeemed, unexpired reward; its value and fee go back to the balance
-    (once). 422 when it was already redeemed, canceled or expired."""
-    service.cancel_reward(engine, org=caller.organization_id, reward_id=reward_id)
+def cancel_reward(reward_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
+    """Cancel an unredeemed, unexpired reward whose delivery failed (any unredeemed one with
+    LARGESSE_CANCEL_ANY_UNREDEEMED=1); its value and fee go back to the balance (once). 422
+    when its delivery has not failed, or it was already redeemed, canceled or expired."""
+    service.cancel_reward(engine, org=caller.organization_id, reward_id=reward_id,
+                          any_delivery=settings.cancel_any_unredeemed)
     return json_response({})
 
 

@@ -61,11 +61,11 @@ def _drop_queued_deliveries(conn: Connection, reward_id: str, why: str) -> None:
     )
 
 
-def cancel_reward(engine: Engine, *, org: str, reward_id: str) -> int:
-    """Cancel an unredeemed, unexpired reward and refund it; returns the cents refunded.
-
-    Any ACTIVE reward can be canceled, whatever its delivery status (Tremendous cancels
-    only failed deliveries; docs/delivery.md explains why Largesse is more lenient).
+def cancel_reward(engine: Engine, *, org: str, reward_id: str, any_delivery: bool = False) -> int:
+    """Cancel an unredeemed, unexpired reward whose delivery failed and refund it; returns the
+    cents refunded. API.md §2.5: "cancel only works on non-expired rewards with a delivery
+    failure". With `any_delivery` (Settings.cancel_any_unredeemed), whatever its delivery status
+    (docs/delivery.md, "Cancel").
     """
     now = utcnow()
     with db.write(engine) as conn:
@@ -74,10 +74,14 @@ def cancel_reward(engine: Engine, *, org: str, reward_id: str) -> int:
             # Its money is held by the order as a whole: rejecting the order refunds it.
             raise Unprocessable(f"Reward {reward_id} cannot be canceled: its order is pending approval; "
                                 "reject the order instead", {"id": ["its order is pending approval"]})
-        if not lifecycle.close(conn, reward_id, status="CANCELED", at=now):
-            status = conn.execute(select(rewards.c.status).where(rewards.c.id == reward_id)).scalar_one()
-            reason = {"REDEEMED": "it has been redeemed", "CANCELED": "it is already canceled",
-                      "EXPIRED": "it has expired"}.get(status, "it has expired")
+        if not lifecycle.close(conn, reward_id, status="CANCELED", at=now, failed_delivery=not any_delivery):
+            row = conn.execute(select(rewards.c.status, rewards.c.delivery_status, rewards.c.expires_at)
+                               .where(rewards.c.id == reward_id)).one()
+            if lifecycle.status(row, at=now) == "ACTIVE":
+                reason = f"its delivery has not failed (delivery {row.delivery_status})"
+            else:
+                reason = {"REDEEMED": "it has been redeemed", "CANCELED": "it is already canceled"}.get(
+                    row.status, "it has expired")
             raise Unprocessable(f"Reward {reward_id} cannot be canceled: {reason}", {"id": [reason]})
         amount = refund(conn, reward, memo=f"reward {reward_id} canceled")
         _drop_queued_deliveries(conn, reward_id, "reward canceled")

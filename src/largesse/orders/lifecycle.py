@@ -22,14 +22,14 @@ NOT_WAITING_FOR_APPROVAL = ~exists().where(orders.c.id == rewards.c.order_id, or
 _STAMP = {"REDEEMED": "redeemed_at", "CANCELED": "canceled_at"}
 
 
-def close(conn: Connection, reward_id: str, *, status: str, at: datetime) -> bool:
-    """ACTIVE and unexpired -> status (REDEEMED or CANCELED); True if this call made the change."""
-    return conn.execute(
-        update(rewards)
-        .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE",
-               or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > at))
-        .values(status=status, **{_STAMP[status]: at})
-    ).rowcount == 1
+def close(conn: Connection, reward_id: str, *, status: str, at: datetime, failed_delivery: bool = False) -> bool:
+    """ACTIVE and unexpired (and, with `failed_delivery`, its delivery FAILED) -> status (REDEEMED
+    or CANCELED); True if this call made the change."""
+    condition = [rewards.c.id == reward_id, rewards.c.status == "ACTIVE",
+                 or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > at)]
+    if failed_delivery:
+        condition.append(rewards.c.delivery_status == "FAILED")
+    return conn.execute(update(rewards).where(*condition).values(status=status, **{_STAMP[status]: at})).rowcount == 1
 
 
 def expire(conn: Connection, reward_id: str, *, at: datetime) -> Row | None:

@@ -142,7 +142,8 @@ def resend(ctx, reward_id: str):
 @route(router, "POST", "/rewards/{reward_id}/cancel", action="send")
 def cancel(ctx, reward_id: str):
     return _act(ctx, reward_id, lambda: delivery.cancel_reward(
-        ctx.engine, org=ctx.viewer.organization_id, reward_id=reward_id), "canceled")
+        ctx.engine, org=ctx.viewer.organization_id, reward_id=reward_id,
+        any_delivery=ctx.settings.cancel_any_unredeemed), "canceled")
 
 
 @route(router, "POST", "/rewards/{reward_id}/link", action="send")
