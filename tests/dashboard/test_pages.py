@@ -183,12 +183,15 @@ def test_csv_file_problems(admin):
 def test_cancel_resend_and_generate_link(admin, http, org, engine, server):
     pending = place(http, org.member_email)["rewards"][0]
     path = f"/dashboard/rewards/{pending['id']}"
+    page = text_of(admin.get(path).text)
+    assert "Cancel reward" not in page and "can be canceled once its delivery has failed" in page
     refused = post(admin, path, f"{path}/cancel", {})  # API.md §2.5: only after a failed delivery
     assert refused.status_code == 422 and "its delivery has not failed" in text_of(refused.text)
     local, domain = org.member_email.split("@")
     reward = place(http, f"{local}+fail@{domain}")["rewards"][0]
     deliver_mail(engine, server.settings)
     path = f"/dashboard/rewards/{reward['id']}"
+    assert "Cancel reward" in admin.get(path).text
     response = post(admin, path, f"{path}/cancel", {})
     assert response.status_code == 303
     assert "The reward was canceled and refunded" in text_of(admin.get(response.headers["location"]).text)

@@ -104,8 +104,9 @@ def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = 
         reward = access.owned(conn, ctx.viewer, rewards, reward_id)
         history = browse.history(conn, reward.id)
         values = browse_values(conn, reward.id)
+    cancelable = delivery.cancelable(reward, any_delivery=ctx.settings.cancel_any_unredeemed)
     return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, history=history,
-                      values=values, error=error, notice=notice, link=link)
+                      values=values, error=error, notice=notice, link=link, cancelable=cancelable)
 
 
 def browse_values(conn, reward_id: str) -> list:
