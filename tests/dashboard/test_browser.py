@@ -120,9 +120,11 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.wait_for_url(re.compile(r"/dashboard/orders/[A-Z0-9]+$"))
     assert page.get_by_role("cell", name="Ada").count() + page.get_by_text("Ada").count() >= 1
 
-    # Resend a failed delivery to a new address, then cancel it.
+    # Resend a failed delivery to a new address; cancel another failed one (only a reward whose
+    # delivery failed can be canceled, API.md §2.5).
     local, domain = org.member_email.split("@")
     failing = place(http, f"{local}+fail@{domain}")["rewards"][0]
+    canceled = place(http, f"{local}+fail@{domain}")["rewards"][0]
     deliver_mail(engine, server.settings)
     page.goto(f"{base}/dashboard/rewards/{failing['id']}")
     assert page.get_by_text("Email: Failed").is_visible()
@@ -130,6 +132,8 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_label("New email address (optional)").fill(org.member_email)
     page.get_by_role("button", name="Resend reward").click()
     page.get_by_text("The reward is queued to be sent again").wait_for()
+    assert page.get_by_role("button", name="Cancel reward").count() == 0  # its delivery is pending again
+    page.goto(f"{base}/dashboard/rewards/{canceled['id']}")
     page.get_by_role("button", name="Cancel reward").click()
     page.get_by_text("The reward was canceled and refunded").wait_for()
 
@@ -137,7 +141,7 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_role("link", name="Rewards", exact=True).click()
     page.get_by_label("Status").select_option("CANCELED")
     page.get_by_role("button", name="Filter rewards").click()
-    page.get_by_role("link", name=failing["id"]).wait_for()
+    page.get_by_role("link", name=canceled["id"]).wait_for()
     check(page, "rewards")
     page.get_by_role("link", name="Orders", exact=True).click()
     check(page, "orders")
