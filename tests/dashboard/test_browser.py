@@ -144,6 +144,8 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_role("link", name=canceled["id"]).wait_for()
     check(page, "rewards")
     page.get_by_role("link", name="Orders", exact=True).click()
+    page.wait_for_url(re.compile(r"/dashboard/orders$"))  # axe needs the new document, not the old one leaving
+    page.get_by_role("heading", level=1).wait_for()
     check(page, "orders")
     page.goto(f"{base}/dashboard/funding")
     check(page, "funding")
