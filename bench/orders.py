@@ -113,17 +113,21 @@ def wait_for_delivery(url: str, timeout: float = 120.0) -> float:
     return time.monotonic() - started
 
 
+def seed(url: str, n_orgs: int, history: int) -> list[common.BenchOrg]:
+    """A migrated database with n_orgs funded organizations of `history` earlier orders each."""
+    common.prepare_database(url)
+    orgs = [common.create_funded_org(url, f"Bench Corp {i}") for i in range(n_orgs)]
+    common.seed_history(url, orgs, history)
+    return orgs
+
+
 def bench_config(config: Config, *, duration: float, warmup: float, reps: int, n_orgs: int, history: int,
                  work) -> dict:
     kind, workers = config.db, config.workers
     tag = f"w{workers}{'-d' if config.delivery else ''}"
     with common.database(kind, work, f"orders-largesse-{tag}") as l_url, \
             common.database(kind, work, f"orders-baseline-{tag}") as b_url:
-        orgs = {}
-        for name, url in (("largesse", l_url), ("baseline", b_url)):
-            common.prepare_database(url)
-            orgs[name] = [common.create_funded_org(url, f"Bench Corp {i}") for i in range(n_orgs)]
-            common.seed_history(url, orgs[name], history)
+        orgs = {name: seed(url, n_orgs, history) for name, url in (("largesse", l_url), ("baseline", b_url))}
         servers = {"largesse": common.largesse_server(l_url, workers, work, delivery=config.delivery),
                    "baseline": common.baseline_server(b_url, workers, work)}
         series = {(name, load): common.Series() for name in servers for load in config.loads}
@@ -205,9 +209,7 @@ def bench_processes(processes: tuple[int, ...], *, duration: float, warmup: floa
         urls, orgs, servers = {}, {}, {}
         for name, w in names:
             url = urls[(name, w)] = stack.enter_context(common.database("postgresql", work, f"procs-{name}-{w}"))
-            common.prepare_database(url)
-            orgs[(name, w)] = [common.create_funded_org(url, f"Bench Corp {i}") for i in range(n_orgs)]
-            common.seed_history(url, orgs[(name, w)], history)
+            orgs[(name, w)] = seed(url, n_orgs, history)
             servers[(name, w)] = (common.largesse_server(url, w, work, delivery=True) if name == "largesse"
                                   else common.baseline_server(url, w, work))
         try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import replace
 from datetime import timedelta
 
 import httpx
@@ -16,7 +15,6 @@ from tremendous.exceptions import ApiException, BadRequestException, NotFoundExc
 
 from largesse import db
 from largesse.delivery.models import jobs
-from largesse.delivery.worker import Worker
 from largesse.reports.generate import COLUMNS
 from largesse.reports.models import reports
 from largesse.timeutil import utcnow
@@ -33,11 +31,9 @@ def request(**filters) -> CreateReportRequest:
 
 
 @pytest.fixture
-def work(engine, base_settings):
-    """Run every due job once, as `largesse worker --once` does."""
-    settings = replace(base_settings, worker_poll_seconds=0.05, job_retry_base_seconds=0.05,
-                       job_retry_max_seconds=0.2)
-    return lambda: Worker(engine, settings).drain()
+def work(deliver):
+    """Run every due job once, as `largesse worker --once` does (tests/conftest.py: deliver)."""
+    return deliver
 
 
 def status_of(api, report_id: str):

@@ -70,11 +70,9 @@ def _check_rule(changes: dict) -> None:
         if values is None:
             continue
         checked = [known(v) for v in values]
-        if None in checked:
-            bad = values[checked.index(None)]
-            raise Unprocessable(f"auto_add_product_rule.{key}: {bad!r} is not {what}",
-                                {"auto_add_product_rule": {key: [f"{v!r} is not {what}" for v, c
-                                                                 in zip(values, checked, strict=True) if c is None]}})
+        bad = [f"{v!r} is not {what}" for v, code in zip(values, checked, strict=True) if code is None]
+        if bad:
+            raise Unprocessable(f"auto_add_product_rule.{key}: {bad[0]}", {"auto_add_product_rule": {key: bad}})
         rule[key] = list(dict.fromkeys(checked))
 
 

@@ -134,12 +134,12 @@ def connected_org_to_wire(conn: Connection, row) -> dict:
 
 def create_connected_member(conn: Connection, *, platform_id: str, connected_id: str, external_name: str | None,
                             external_email: str | None, role: str | None) -> str:
-    connected = conn.execute(_live(platform_id).where(_CO.c.id == connected_id)).first()
-    if connected is None:
+    try:
+        connected = get_connected_org(conn, platform_id, connected_id)
+    except NotFound as exc:
         # An ID inside the body points at its property, with a 400 (the status this operation's
         # client decodes, API.md §1); 404 is for the resource in the path.
-        raise BadRequest(f"Connected organization {connected_id} not found",
-                         {"connected_organization_id": ["not found"]})
+        raise BadRequest(exc.message, {"connected_organization_id": ["not found"]}) from None
     cm_id = new_id()
     email = external_email if external_email else f"{cm_id.lower()}@{PLACEHOLDER_DOMAIN}"
     member_id = orgs.add_member_checked(conn, organization_id=connected.organization_id, email=email,
