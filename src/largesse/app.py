@@ -164,11 +164,18 @@ def install_error_handlers(app: FastAPI) -> None:
         if page is not None:
             return page
         message = exc.detail if isinstance(exc.detail, str) else "Error"
-        if exc.status_code == 404:
+        status = exc.status_code
+        if status == 400:
+            # FastAPI's own refusal of a body its JSON reader failed on other than by a syntax
+            # error (nesting too deep): the same answer as any malformed body of the route.
+            status = _validation_status(request)
+            if message == "There was an error parsing the body":
+                message = "Malformed JSON body"
+        elif status == 404:
             message = f"No route for {request.method} {paths.printable(request.url.path)}"
-        elif exc.status_code == 405:
+        elif status == 405:
             message = f"Method {request.method} is not allowed on {paths.printable(request.url.path)}"
-        return _error(exc.status_code, message, {}, getattr(exc, "headers", None))
+        return _error(status, message, {}, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):

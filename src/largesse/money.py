@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from decimal import ROUND_DOWN, Decimal
+from decimal import ROUND_DOWN, Decimal, InvalidOperation
 from typing import Annotated, Any
 
 from pydantic import BaseModel, PlainSerializer, PlainValidator, ValidationError, ValidationInfo, WithJsonSchema
@@ -128,13 +128,20 @@ def _parse_int(text: str) -> int | Decimal:
     return int(text) if len(text) <= _INT_DIGITS_LIMIT else Decimal(text)
 
 
+def _parse_decimal(text: str) -> Decimal:
+    try:
+        return Decimal(text)
+    except InvalidOperation:  # an exponent beyond Decimal's range (1e1000000000000000000)
+        raise ValueError(f"number out of range: {text[:40]}") from None
+
+
 def _refuse_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
 def loads_exact(raw: bytes | str) -> Any:
     """JSON with every non-integer number as the Decimal of its text (never a float)."""
-    return json.loads(raw, parse_float=Decimal, parse_int=_parse_int, parse_constant=_refuse_constant)
+    return json.loads(raw, parse_float=_parse_decimal, parse_int=_parse_int, parse_constant=_refuse_constant)
 
 
 class InexactAmount(Decimal):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import time
 import weakref
 from collections.abc import Callable
@@ -273,7 +274,12 @@ SELF_PARSED_BODIES: list[type[BaseModel]] = []
 
 
 def timestamp_param(request: Request, name: str):
-    """An ISO 8601 date or date-time query parameter as naive UTC, or None; 400 otherwise."""
+    """An ISO 8601 date or date-time query parameter as naive UTC, or None; 400 otherwise.
+
+    A bare date is the start of that day (UTC), except as an upper bound (`...[lte]`), where it
+    takes the whole day in: `created_at[lte]=2026-11-24` includes what was made that day."""
+    import datetime as dt
+
     from largesse.timeutil import parse_timestamp
 
     raw = request.query_params.get(name)
@@ -281,9 +287,15 @@ def timestamp_param(request: Request, name: str):
         return None
     clean_text(raw, name, max_length=64)
     try:
-        return parse_timestamp(raw)
+        value = parse_timestamp(raw)
     except ValueError:
         raise BadRequest(f"{name} must be an ISO 8601 date or date-time", {name: ["is not a valid date"]}) from None
+    if name.endswith("[lte]") and _BARE_DATE.fullmatch(raw.strip()):
+        value = dt.datetime.combine(value.date(), dt.time.max)
+    return value
+
+
+_BARE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def clean_text(value: str, name: str, *, max_length: int = 1000) -> str:

@@ -53,6 +53,22 @@ def test_orders_created_at_range_as_the_client_sends_it(org, api, http):
     assert [o["id"] for o in ok(http.get("/orders", params={"created_at[gte]": local}))["orders"]] == [second["id"]]
 
 
+def test_a_bare_date_as_upper_bound_takes_the_whole_day_in(org, api, http):
+    order = place(http, org.member_email)
+    today = order["created_at"][:10]
+    day_after = (datetime.strptime(today, "%Y-%m-%d") + timedelta(days=1)).strftime("%Y-%m-%d")
+    day_before = (datetime.strptime(today, "%Y-%m-%d") - timedelta(days=1)).strftime("%Y-%m-%d")
+    assert [o.id for o in api.list_orders(created_at_lte=today).orders] == [order["id"]]
+    assert [o.id for o in api.list_orders(created_at_gte=today, created_at_lte=today).orders] == [order["id"]]
+    assert api.list_orders(created_at_lte=day_before).total_count == 0
+    assert api.list_orders(created_at_gte=day_after).total_count == 0
+    # A date-time is taken as the instant it names.
+    assert api.list_orders(created_at_lte=today + "T00:00:00Z").total_count == 0
+    assert ok(http.get("/orders", params={"created_at[lte]": "9999-12-31"}))["total_count"] == 1
+    transactions = ok(http.get("/balance_transactions", params={"created_at[lte]": today}))["transactions"]
+    assert transactions and all(t["created_at"][:10] <= today for t in transactions)
+
+
 @pytest.mark.parametrize("value", ["yesterday", "2024-13-01", "1700000000"])
 def test_orders_bad_created_at_is_400(http, value):
     errors = error(http.get("/orders", params={"created_at[gte]": value}), 400)

@@ -76,6 +76,21 @@ def test_simulate_and_no_webhook_no_event(org, api, http, receiver, engine, fast
     assert receiver.events("ORDERS.CREATED") == []
 
 
+def test_simulate_takes_every_event_of_tremendous_list(api, receiver, engine, fast):
+    # API.md §2.4: simulate takes "an event name from §8", also those this service never emits.
+    settle(engine, fast())
+    hook = api.create_webhook(CreateWebhookRequest(url=receiver.url)).webhook
+    for event in ("CAMPAIGNS.CREATED", "PRODUCTS.ADDED", "CONNECTED_ORGANIZATIONS.STATUS.APPROVED"):
+        assert api.simulate_webhook(hook.id, SimulateWebhookRequest(event=event)) == "OK"
+    wait_for(lambda: len(receiver.requests) >= 3, settings=fast(), engine=engine)
+    assert receiver.events("CAMPAIGNS.CREATED")[0]["payload"]["resource"]["type"] == "campaigns"
+    assert receiver.events("PRODUCTS.ADDED")[0]["payload"]["resource"]["type"] == "products"
+    assert receiver.events("CONNECTED_ORGANIZATIONS.STATUS.APPROVED")[0]["payload"]["resource"]["type"] == \
+        "connected_organizations"
+    # What it lists as sent stays what it sends.
+    assert "CAMPAIGNS.CREATED" not in api.list_webhook_events(hook.id).events
+
+
 def _tagged(address: str, tag: str) -> str:
     local, _, domain = address.partition("@")
     return f"{local}+{tag}@{domain}"

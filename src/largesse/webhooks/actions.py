@@ -41,9 +41,9 @@ def signing_key(engine: Engine, settings: Settings, row) -> str:
 
 def simulate(engine: Engine, settings: Settings, organization_id: str, webhook_id: str, event: str) -> None:
     """Queue a delivery of a sample event (its resource id a placeholder)."""
-    if event not in service.EVENTS:
-        raise Unprocessable(f"Unknown event {event}; see GET /webhooks/{{id}}/events",
-                            {"event": ["is not an event this service sends"]})
+    if event not in service.SIMULATED_EVENTS:
+        raise Unprocessable(f"Unknown event {event}; the events are those of GET /webhooks/{{id}}/events "
+                            "and the others of Tremendous' list", {"event": ["is not a webhook event"]})
     with db.read(engine) as conn:
         hook = service.get_or_404(conn, organization_id, webhook_id)
     guard(hook.url, settings, status=Unprocessable)

@@ -42,9 +42,26 @@ EVENTS = (
     "REPORTS.GENERATION.SUCCEEDED",
     "REPORTS.GENERATION.FAILED",
 )
+# Every event name of API.md §8 (Tremendous' public list). POST /webhooks/{id}/simulate takes any
+# of them, so that a receiver can be tested for events this service does not emit as well.
+SIMULATED_EVENTS = EVENTS + (
+    "CAMPAIGNS.CREATED",
+    "CAMPAIGNS.DELETED",
+    "CONNECTED_ORGANIZATIONS.STATUS.APPROVED",
+    "CONNECTED_ORGANIZATIONS.STATUS.REJECTED",
+    "CONNECTED_ORGANIZATIONS.OAUTH.GRANTED",
+    "FUNDING_SOURCES.CREATED",
+    "FUNDING_SOURCES.DELETED",
+    "MEMBERS.INVITED",
+    "ORDERS.FAILED",
+    "ORGANIZATIONS.DELETED",
+    "PRODUCTS.ADDED",
+    "PRODUCTS.REMOVED",
+)
 RESOURCE_TYPES = {"ORDERS": "orders", "REWARDS": "rewards", "FUNDING_SOURCES": "funding_sources",
                   "INVOICES": "invoices", "MEMBERS": "members", "ORGANIZATIONS": "organizations",
-                  "CONNECTED_ORGANIZATIONS": "connected_organizations"}
+                  "CONNECTED_ORGANIZATIONS": "connected_organizations", "CAMPAIGNS": "campaigns",
+                  "PRODUCTS": "products", "REPORTS": "reports"}
 SIGNATURE_HEADER = signatures.SIGNATURE_HEADER
 MAX_ATTEMPTS = 10
 
