@@ -310,6 +310,19 @@ def test_rewards_array_pays_for_all(org, http):
     assert len(listed["rewards"]) == 3 and listed["payment"]["total"] == 60.5
 
 
+def test_an_orders_rewards_read_back_in_the_requests_order(org, http):
+    # A client pairs order.rewards[i] with its own request's item i, after a read too.
+    denominations = [12, 5, 30, 7, 25, 6, 9, 10, 11, 8, 20, 15]
+    order = ok(http.post("/orders", json=many_rewards_body(org.member_email, denominations)))["order"]
+    created = [r["id"] for r in order["rewards"]]
+    assert [r["value"]["denomination"] for r in order["rewards"]] == denominations
+    read = ok(http.get(f"/orders/{order['id']}"))["order"]["rewards"]
+    assert [r["id"] for r in read] == created
+    assert [r["value"]["denomination"] for r in read] == denominations
+    listed = ok(http.get("/orders"))["orders"][0]["rewards"]
+    assert [r["id"] for r in listed] == created
+
+
 def test_error_in_second_reward_mirrors_its_index(org, http):
     body = many_rewards_body(org.member_email, [10, 0])
     before = snapshot(http)

@@ -20,6 +20,28 @@ def test_replay_returns_the_original_order_charged_once(org, http):
     assert orders_count(http) == 1
 
 
+def test_replay_of_a_link_order_hands_over_a_working_link(org, http):
+    # A client retrying after a timeout never saw the first response: the replay must carry
+    # a link too (the first stays valid: it may already be in the recipient's hands).
+    import httpx
+
+    key = unique("link-")
+    body = body_with(org.member_email, key, method="LINK")
+    first = ok(http.post("/orders", json=body), 200)["order"]["rewards"][0]
+    replay = ok(http.post("/orders", json=body), 201)["order"]["rewards"][0]
+    assert replay["id"] == first["id"] and replay["delivery"]["method"] == "LINK"
+    assert first["delivery"]["link"] and replay["delivery"]["link"]
+    for link in (first["delivery"]["link"], replay["delivery"]["link"]):
+        assert link.startswith(org.base_url + "/redeem/")
+        assert httpx.get(link).status_code == 200
+    assert available_cents(http) == 500000 - 2500 and orders_count(http) == 1
+    # An EMAIL order's replay has no link, as its first answer had none.
+    email = ok(http.post("/orders", json=body_with(org.member_email, unique("mail-"))), 200)["order"]
+    assert "link" not in email["rewards"][0]["delivery"]
+    again = ok(http.post("/orders", json=body_with(org.member_email, email["external_id"])), 201)["order"]
+    assert "link" not in again["rewards"][0]["delivery"]
+
+
 def test_replay_through_the_client_is_201_not_none(org, api, http):
     from tremendous import CreateOrderRequest, SingleRewardOrder
 
@@ -65,7 +87,14 @@ def test_external_id_with_a_slash_is_refused_up_front(org, http):
     # order could never be fetched with get_order: refuse it when it is created.
     errors = error(http.post("/orders", json=body_with(org.member_email, "a/b")), 400)
     assert "external_id" in errors["payload"]
+    # "." and "..": the client's HTTP library drops such path segments, get_order(".") would
+    # ask for GET /orders.
+    for dots in (".", ".."):
+        errors = error(http.post("/orders", json=body_with(org.member_email, dots)), 400)
+        assert "external_id" in errors["payload"]
     assert orders_count(http) == 0
+    # Dots within an ID are fine.
+    ok(http.post("/orders", json=body_with(org.member_email, "v1.2...x")))
 
 
 def test_blank_or_huge_external_id_is_400(org, http):

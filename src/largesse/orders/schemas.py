@@ -112,6 +112,9 @@ class CreateOrderIn(Wire, ExactJsonModel):
         # routing (API.md §7.10), so such an order could never be fetched by it.
         if value is not None and "/" in value:
             raise ValueError("must not contain '/'")
+        # Nor "." and "..": HTTP clients remove such path segments (RFC 3986 §5.2.4) before sending.
+        if value in (".", ".."):
+            raise ValueError("must not be '.' or '..'")
         return value
 
     @model_validator(mode="after")

@@ -186,7 +186,7 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
             context, caller = caller_of(conn, probes)
             org = caller.organization_id
             if context.external_id_used:
-                replay = _replay(conn, org, body.external_id, fingerprint)
+                replay = _replay(conn, org, body.external_id, fingerprint, settings.public_url)
                 if replay is not None:
                     return replay
             plan = _plan(conn, settings=settings, caller=caller, context=context, probes=probes, body=body,
@@ -197,8 +197,8 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
         if body.external_id is None:
             raise
         # A concurrent request with the same external_id committed first.
-        with db.read(engine) as conn:
-            replay = _replay(conn, org, body.external_id, fingerprint)
+        with db.write(engine) as conn:
+            replay = _replay(conn, org, body.external_id, fingerprint, settings.public_url)
         if replay is None:
             raise
         return replay
@@ -273,7 +273,7 @@ _INSERT_FIELD_VALUES = db.Prepared(reward_field_values.insert())
 _INSERT_JOBS = db.Prepared(jobs.insert())
 
 
-def _replay(conn: Connection, org: str, external_id: str, fingerprint: str):
+def _replay(conn: Connection, org: str, external_id: str, fingerprint: str, public_url: str):
     """The replay of the order with this external_id, 409 if its parameters differ, None if
     there is none. Most external_ids are new: the context statement probes (_Probes) and this
     loads the order only when that found one, or when a concurrent order took it."""
@@ -285,7 +285,22 @@ def _replay(conn: Connection, org: str, external_id: str, fingerprint: str):
             f"An order with external_id {external_id!r} already exists with different parameters",
             {"external_id": ["has already been used with different parameters"]},
         )
-    return PlacedOrder(repository.orders_to_wire(conn, [existing])[0], replay=True)
+    order = repository.orders_to_wire(conn, [existing])[0]
+    if existing.status == "EXECUTED":
+        # The original response handed each LINK reward's link over, and only its hash is kept:
+        # the replay hands over a fresh one (the earlier stays valid, as with generate_link), so
+        # a client that lost the first response to a timeout still gets working links.
+        live = set(conn.execute(_LIVE_LINK_REWARDS, {"order_id": existing.id}).scalars())
+        if live:
+            issued = tokens.issue_many(conn, sorted(live))
+            for reward in order["rewards"]:
+                if reward["id"] in issued:
+                    reward["delivery"]["link"] = tokens.link(public_url, issued[reward["id"]])
+    return PlacedOrder(order, replay=True)
+
+
+_LIVE_LINK_REWARDS = select(rewards.c.id).where(
+    rewards.c.order_id == bindparam("order_id"), rewards.c.delivery_method == "LINK", rewards.c.status == "ACTIVE")
 
 
 @dataclass
@@ -334,6 +349,9 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
     now = utcnow()
     today = now.date()
     order_id = new_id()
+    # Random IDs, drawn for the whole order and handed out sorted: an order's rewards share their
+    # created_at and are read back by (created_at, id), so they come back in the request's order.
+    reward_ids = iter(sorted(new_id() for _ in reward_inputs))
     reward_rows, field_rows, job_rows, link_ids = [], [], [], []
     field_values: dict[str, list[dict]] = {}
     subtotal = fees = 0
@@ -387,7 +405,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         if r.deliver_at is not None and not today <= r.deliver_at <= today + MAX_DELIVER_AHEAD:
             errors.add(loc + ("deliver_at",), "must be between today and one year from now")
 
-        reward_id = new_id()
+        reward_id = next(reward_ids)
         values = _field_values(errors, loc, r, org_fields)
         fee = percent_of(cents, caller.fee_basis_points) + caller.fee_flat_cents
         charged = None
