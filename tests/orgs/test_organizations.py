@@ -35,7 +35,12 @@ def test_sandbox_sub_organization_gets_preload_key_and_is_listed(org, api, other
     with child.http() as http:
         assert available_cents(http) == 500_000  # the sandbox preload, through the ledger
         assert http.get("/organizations").json()["organizations"][0]["id"] == created.id
-    assert [o.id for o in api.list_organizations().organizations] == [org.id, created.id]
+    # Only the caller's own, as Tremendous answers; its sub-organizations on request.
+    assert [o.id for o in api.list_organizations().organizations] == [org.id]
+    with org.http() as http:
+        listed = ok(http.get("/organizations", params={"include": "sub_organizations"}))["organizations"]
+        assert [o["id"] for o in listed] == [org.id, created.id]
+        assert "include" in error(http.get("/organizations", params={"include": "everything"}), 400)["payload"]
     fetched = api.get_organization(created.id).organization
     assert (fetched.name, fetched.status, fetched.currency_code) == ("Sandbox Child", "APPROVED", "USD")
     # Neither the child nor another organization sees the parent or each other's children.
@@ -128,7 +133,10 @@ def test_create_organization_without_key_and_validation(org, api, http):
     with pytest.raises(BadRequestException) as raised:
         api.create_organization(CreateOrganizationRequest(name="X", website="not a site", with_api_key=False))
     assert raised.value.data.errors.payload == {"website": ["is not a valid URL"]}
-    assert [o.name for o in api.list_organizations().organizations] == ["Acme", "No Key"]
+    assert [o.name for o in api.list_organizations().organizations] == ["Acme"]
+    with org.http() as http:
+        listed = ok(http.get("/organizations", params={"include": "sub_organizations"}))["organizations"]
+    assert [o["name"] for o in listed] == ["Acme", "No Key"]
 
 
 def test_create_api_key_read_write_read_only_and_empty_body(org, api):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 from pydantic import StrictBool
 from starlette.responses import Response
 
@@ -99,9 +99,14 @@ class ApiKeyOut(Out):
 
 
 @router.get("/organizations", response_model=OrganizationList)
-async def list_organizations(caller: CallerDep, engine: EngineDep):
-    """The caller's organization, then the sub-organizations it created."""
-    rows = await read_db(engine, service.visible_orgs, caller.organization_id)
+async def list_organizations(request: Request, caller: CallerDep, engine: EngineDep):
+    """The caller's organization only, as Tremendous answers (API.md §1); with
+    `?include=sub_organizations`, then the sub-organizations it created (oldest first)."""
+    include = request.query_params.get("include")
+    if include not in (None, "", "sub_organizations"):
+        raise BadRequest("include takes only sub_organizations", {"include": ["is not sub_organizations"]})
+    rows = await read_db(engine, service.visible_orgs, caller.organization_id,
+                         sub_organizations=include == "sub_organizations")
     return json_response({"organizations": [service.organization_to_wire(r) for r in rows]})
 
 

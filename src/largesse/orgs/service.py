@@ -218,9 +218,11 @@ def remove_member(engine: Engine, *, organization_id: str, member_id: str) -> No
 
 # --- organizations as API callers see them ----------------------------------------------------
 
-def visible_orgs(conn: Connection, organization_id: str):
-    """The caller's organization first, then the sub-organizations it created (oldest first)."""
+def visible_orgs(conn: Connection, organization_id: str, *, sub_organizations: bool = False):
+    """The caller's organization; with sub_organizations, then those it created (oldest first)."""
     own = get_org(conn, organization_id)
+    if not sub_organizations:
+        return [own]
     children = conn.execute(
         select(organizations).where(organizations.c.parent_organization_id == organization_id)
         .order_by(organizations.c.created_at, organizations.c.id)
