@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 
 import pytest
 
@@ -30,11 +32,14 @@ def test_client_create_get_list_update(api, http):
     assert fetched.id == created.id and _products(fetched) == [GIFT_CARD_USD, CHARITY_USD]
     assert created.id in [c.id for c in api.list_campaigns().campaigns]
 
-    updated = api.update_campaign(created.id, UpdateCampaignRequest.from_dict({"name": "Holiday 2"})).campaign
+    # Built with keywords, the request carries only the keys given (from_dict() would send
+    # description and auto_add_product_rule as null, which clears them: test_null_clears_...).
+    updated = api.update_campaign(created.id, UpdateCampaignRequest(name="Holiday 2")).campaign
     assert updated.name == "Holiday 2" and updated.description == "Year end"
     assert _products(updated) == [GIFT_CARD_USD, CHARITY_USD]
-    updated = api.update_campaign(created.id, UpdateCampaignRequest.from_dict({"products": [TRAVEL_MULTI]})).campaign
-    assert updated.name == "Holiday 2" and _products(updated) == [TRAVEL_MULTI]
+    updated = api.update_campaign(created.id, UpdateCampaignRequest.from_dict({"products": [TRAVEL_MULTI],
+                                                                              "description": "Year end"})).campaign
+    assert updated.name == "Holiday 2" and _products(updated) == [TRAVEL_MULTI] and updated.description == "Year end"
     assert ok(http.get(f"/campaigns/{created.id}"))["campaign"]["products"] == [TRAVEL_MULTI]
 
 
@@ -129,13 +134,69 @@ def test_invalid_create_is_422(http, body):
     error(http.post("/campaigns", json=body), 422)
 
 
-def test_null_keys_in_update_change_nothing(http):
-    # The client's from_dict() sends description/fee_charged_to/auto_add_product_rule as null.
-    campaign = make_campaign(http, description="Kept", webpage_style={"headline": "Hi"})
-    nulls = {k: None for k in ("name", "products", "description", "fee_charged_to", "auto_add_product_rule",
-                               "webpage_style", "email_style")}
-    assert ok(http.put(f"/campaigns/{campaign['id']}", json=nulls))["campaign"] == campaign
+RULE = {"enabled": True, "countries": ["US"], "currencies": ["USD"]}
+
+
+def test_null_clears_description_and_auto_add_rule_and_absent_keys_stay(http):
+    campaign = make_campaign(http, description="Old", auto_add_product_rule=RULE)
+    assert campaign["auto_add_product_rule"] == RULE
+    kept = ok(http.put(f"/campaigns/{campaign['id']}", json={"name": "Renamed"}))["campaign"]
+    assert kept == {**campaign, "name": "Renamed"}
+    cleared = ok(http.put(f"/campaigns/{campaign['id']}",
+                          json={"description": None, "auto_add_product_rule": None}))["campaign"]
+    assert cleared["description"] is None and "auto_add_product_rule" not in cleared
+    assert cleared["name"] == "Renamed" and cleared["products"] == campaign["products"]
+    assert ok(http.get(f"/campaigns/{campaign['id']}"))["campaign"] == cleared
+
+
+def test_client_none_clears_description_and_auto_add_rule(api, http):
+    # What the official client sends when the caller sets the nullable keys to None.
+    from tremendous import UpdateCampaignRequest
+
+    campaign = make_campaign(http, description="Old", auto_add_product_rule=RULE)
+    request = UpdateCampaignRequest(description=None, auto_add_product_rule=None)
+    assert request.to_dict() == {"description": None, "auto_add_product_rule": None}
+    updated = api.update_campaign(campaign["id"], request).campaign
+    assert updated.description is None and updated.auto_add_product_rule is None
+    assert updated.name == campaign["name"] and _products(updated) == campaign["products"]
+    fetched = ok(http.get(f"/campaigns/{campaign['id']}"))["campaign"]
+    expected = {k: v for k, v in campaign.items() if k != "auto_add_product_rule"}
+    assert fetched == {**expected, "description": None}
+
+
+def test_null_clears_the_other_nullable_keys(http):
+    campaign = make_campaign(http, webpage_style={"headline": "Hi"}, email_style={"sender_name": "Ann"},
+                             reward_expiry_days=30)
+    cleared = ok(http.put(f"/campaigns/{campaign['id']}", json={"webpage_style": None, "email_style": None,
+                                                                "reward_expiry_days": None}))["campaign"]
+    assert not {"webpage_style", "email_style", "reward_expiry_days"} & set(cleared)
+    assert cleared == {k: v for k, v in campaign.items()
+                       if k not in ("webpage_style", "email_style", "reward_expiry_days")}
+
+
+@pytest.mark.parametrize("key", ["name", "products"])
+def test_null_name_or_products_is_422_as_on_create(http, key):
+    # Neither can be null on create either (both required).
+    body = {"name": "C", "products": [GIFT_CARD_USD], key: None}
+    assert key in error(http.post("/campaigns", json=body), 422)["payload"]
+    campaign = make_campaign(http, description="Kept")
+    errors = error(http.put(f"/campaigns/{campaign['id']}", json={key: None, "description": None}), 422)
+    assert list(errors["payload"]) == [key]
     assert ok(http.get(f"/campaigns/{campaign['id']}"))["campaign"] == campaign
+
+
+def test_null_fee_charged_to_keeps_it_as_a_null_on_create_means_the_default(api, http):
+    # Create takes fee_charged_to null as "the default" (SENDER), and the client's from_dict()
+    # sends it as null in every create and update: on update it leaves the value unchanged.
+    from tremendous import UpdateCampaignRequest
+
+    assert make_campaign(http, fee_charged_to=None)["fee_charged_to"] == "SENDER"
+    campaign = make_campaign(http, fee_charged_to="RECIPIENT")
+    assert ok(http.put(f"/campaigns/{campaign['id']}", json={"fee_charged_to": None}))["campaign"] == campaign
+    request = UpdateCampaignRequest.from_dict({"name": "From dict"})
+    assert request.to_dict()["fee_charged_to"] is None
+    updated = api.update_campaign(campaign["id"], request).campaign
+    assert (updated.name, updated.fee_charged_to) == ("From dict", "RECIPIENT")
 
 
 @pytest.mark.parametrize("body", [{"name": ""}, {"name": 7}, {"fee_charged_to": "NOBODY"}, {"products": "X"},
@@ -153,3 +214,68 @@ def test_unknown_campaign_is_404(api, http):
     error(http.put("/campaigns/NOSUCHCAMPAIGN", json={"name": "x"}), 404)
     with pytest.raises(NotFoundException):
         api.get_campaign("NOSUCHCAMPAIGN")
+
+
+def _product_with_fees(cli, tmp_path) -> str:
+    """A product that is not fee-free (the shipped catalog has none), imported by the operator."""
+    pid = "PFEE" + secrets.token_hex(5).upper()
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps({"products": [{
+        "id": pid, "name": "Premium Card", "category": "merchant_card", "currency_codes": ["USD"],
+        "countries": ["US"], "images": [], "description": "d", "disclosure": "", "fee_free": False,
+        "skus": [{"min": 5, "max": 500, "currency_code": "USD"}]}]}))
+    cli("products", "import", str(path))
+    return pid
+
+
+FEE_FREE_NEEDED = "must include a fee-free product when fee_charged_to is RECIPIENT"
+
+
+def test_recipient_campaign_without_products_is_422(api, http):
+    # API.md §2.2: a RECIPIENT campaign needs at least one fee-free product.
+    from tremendous import CreateCampaignRequest
+    from tremendous.exceptions import UnprocessableEntityException
+
+    errors = error(http.post("/campaigns", json={"name": "re", "products": [], "fee_charged_to": "RECIPIENT"}), 422)
+    assert errors["payload"] == {"products": [FEE_FREE_NEEDED]}
+    assert ok(http.get("/campaigns"))["campaigns"] == []
+    with pytest.raises(UnprocessableEntityException) as caught:
+        api.create_campaign(CreateCampaignRequest(name="re", description=None, products=[], fee_charged_to="RECIPIENT"))
+    assert caught.value.data.errors.payload == {"products": [FEE_FREE_NEEDED]}
+    # A SENDER campaign may still have no products.
+    assert ok(http.post("/campaigns", json={"name": "se", "products": []}))["campaign"]["products"] == []
+
+
+def test_recipient_campaign_needs_a_fee_free_product_among_its_products(http, cli, tmp_path):
+    priced = _product_with_fees(cli, tmp_path)
+    body = {"name": "re", "products": [priced], "fee_charged_to": "RECIPIENT"}
+    assert error(http.post("/campaigns", json=body), 422)["payload"] == {"products": [FEE_FREE_NEEDED]}
+    assert ok(http.get("/campaigns"))["campaigns"] == []
+    created = ok(http.post("/campaigns", json={**body, "products": [priced, GIFT_CARD_USD]}))["campaign"]
+    assert created["fee_charged_to"] == "RECIPIENT" and created["products"] == [priced, GIFT_CARD_USD]
+    assert ok(http.post("/campaigns", json={**body, "products": ["ALL_FEE_FREE"]}))["campaign"]["products"]
+    assert make_campaign(http, products=[priced])["fee_charged_to"] == "SENDER"
+
+
+def test_update_keeps_the_recipient_rule_for_the_campaign_as_saved(http, cli, tmp_path):
+    priced = _product_with_fees(cli, tmp_path)
+    sender = make_campaign(http, products=[priced])
+    # Switching to RECIPIENT checks the products it keeps.
+    errors = error(http.put(f"/campaigns/{sender['id']}", json={"fee_charged_to": "RECIPIENT"}), 422)
+    assert errors["payload"] == {"products": [FEE_FREE_NEEDED]}
+    assert ok(http.get(f"/campaigns/{sender['id']}"))["campaign"] == sender
+    switched = ok(http.put(f"/campaigns/{sender['id']}", json={"fee_charged_to": "RECIPIENT",
+                                                               "products": [priced, CHARITY_USD]}))["campaign"]
+    assert switched["fee_charged_to"] == "RECIPIENT" and switched["products"] == [priced, CHARITY_USD]
+
+    # A RECIPIENT campaign cannot lose its last fee-free product, nor all of them.
+    for products in ([], [priced]):
+        errors = error(http.put(f"/campaigns/{sender['id']}", json={"products": products}), 422)
+        assert errors["payload"] == {"products": [FEE_FREE_NEEDED]}
+        assert ok(http.get(f"/campaigns/{sender['id']}"))["campaign"] == switched
+    # Switching back to SENDER in the same request allows them.
+    back = ok(http.put(f"/campaigns/{sender['id']}", json={"fee_charged_to": "SENDER", "products": []}))["campaign"]
+    assert (back["fee_charged_to"], back["products"]) == ("SENDER", [])
+    # Other keys of a RECIPIENT campaign change as before.
+    recipient = make_campaign(http, fee_charged_to="RECIPIENT")
+    assert ok(http.put(f"/campaigns/{recipient['id']}", json={"name": "n"}))["campaign"]["name"] == "n"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.factories import error, make_field, ok, unique
+from tests.factories import error, make_field, ok, place, unique
 
 
 def _create(api, body: dict):
@@ -44,6 +44,48 @@ def test_duplicate_label_is_422(api, http):
     assert [f["id"] for f in ok(http.get("/fields"))["fields"]] == [field["id"]]
 
 
+# What would break GET /rewards?<label>=<value>, or is not a letter or digit of any script.
+PUNCTUATED = ["Größe-Klasse", "Dépt.", "a/b", "a=b", "a&b", "a[b]", "a]", "a%b", "a+b", "Prix €", "\u0301ab",
+              "ab \u0301", "a\u200bb"]
+
+
+@pytest.mark.parametrize(("display_name", "label"), [
+    ("Größe", "Größe"),
+    ("Département", "Département"),
+    ("De\u0301partement", "Département"),  # decomposed é: the same label, NFC
+    ("Código  postal", "Código postal"),
+    ("東京_2", "東京_2"),
+    ("हिन्दी नाम", "हिन्दी नाम"),  # vowel signs and virama are marks of the letters
+    ("Ελλάδα ٣", "Ελλάδα ٣"),
+])
+def test_letters_and_digits_of_any_script_make_a_label(api, http, display_name, label):
+    # API.md §2.3: letters, digits, spaces, underscores; ö and é are letters.
+    field = ok(http.post("/fields", json={"display_name": display_name, "data_type": "Text"}))["field"]
+    assert field["label"] == label
+    assert [f.label for f in api.list_fields().fields] == [label]
+    error(http.post("/fields", json={"display_name": label, "data_type": "Text"}), 422)
+
+
+def test_search_rewards_by_a_non_ascii_label(org, http):
+    size = make_field(http, name="Größe", options=["M", "XL"])
+    dept = make_field(http, data_type="Text", options=None, name="Département")
+    medium = place(http, org.member_email, custom_fields=[{"id": size["id"], "value": "M"},
+                                                          {"id": dept["id"], "value": "Lyon"}])["rewards"][0]["id"]
+    place(http, org.member_email, custom_fields=[{"id": size["id"], "value": "XL"},
+                                                 {"id": dept["id"], "value": "Lyon"}])
+
+    def found(query) -> list[str]:
+        return [r["id"] for r in ok(http.get("/rewards", params=query))["rewards"]]
+
+    assert found({"Größe": "M"}) == [medium]  # httpx percent-encodes the name as UTF-8
+    assert [r["id"] for r in ok(http.get("/rewards?Gr%C3%B6%C3%9Fe=M"))["rewards"]] == [medium]
+    assert len(found({"Département": "Lyon"})) == 2
+    assert found({"Département": "Lyon", "Größe": "M"}) == [medium]
+    assert found({"Größe": "S"}) == [] and found({"Grösse": "M"}) == []
+    reward = ok(http.get(f"/rewards/{medium}"))["reward"]
+    assert {f["label"]: f["value"] for f in reward["custom_fields"]} == {"Größe": "M", "Département": "Lyon"}
+
+
 @pytest.mark.parametrize("body", [
     {"display_name": "bad-name!", "data_type": "Text"},
     {"display_name": "", "data_type": "Text"},
@@ -56,6 +98,8 @@ def test_duplicate_label_is_422(api, http):
     {"display_name": "Offset", "data_type": "Text"},
     {"display_name": "Fine", "data_type": "Text", "required": "yes"},
     {"data_type": "Text"},
+    {"display_name": "\u0958" * 100, "data_type": "Text"},  # 100 characters, 200 once in NFC
+    *({"display_name": name, "data_type": "Text"} for name in PUNCTUATED),
 ])
 def test_invalid_field_is_422(http, body):
     error(http.post("/fields", json=body), 422)

@@ -13,6 +13,8 @@ from largesse.timeutil import utcnow
 
 ALL_FEE_FREE = "ALL_FEE_FREE"
 FEE_CHARGED_TO = ("SENDER", "RECIPIENT")
+REQUIRED = ("name", "products")
+NULLABLE = ("description", "auto_add_product_rule", "webpage_style", "email_style", "reward_expiry_days")
 
 
 def get(conn: Connection, organization_id: str, campaign_id: str):
@@ -76,14 +78,27 @@ def _check_rule(changes: dict) -> None:
         rule[key] = list(dict.fromkeys(checked))
 
 
+def _check_fee_free(conn: Connection, fee_charged_to: str, product_ids: list[str]) -> None:
+    """API.md §2.2: a RECIPIENT campaign needs at least one fee-free product, checked on the
+    campaign as it is saved (a create, or a PUT with the current values of the keys it omits)."""
+    if fee_charged_to != "RECIPIENT":
+        return
+    if not any(product.fee_free for product in catalog.get_many(conn, product_ids).values()):
+        raise Unprocessable("A campaign with fee_charged_to RECIPIENT needs at least one fee-free product",
+                            {"products": ["must include a fee-free product when fee_charged_to is RECIPIENT"]})
+
+
 def create(conn: Connection, organization_id: str, values: dict):
     _check_rule(values)
+    products = resolve_products(conn, values["products"])
+    fee_charged_to = values.get("fee_charged_to") or "SENDER"
+    _check_fee_free(conn, fee_charged_to, products)
     now = utcnow()
     row = {
         "id": new_id(), "organization_id": organization_id, "name": values["name"],
         "description": values.get("description"),
-        "products": resolve_products(conn, values["products"]),
-        "fee_charged_to": values.get("fee_charged_to") or "SENDER",
+        "products": products,
+        "fee_charged_to": fee_charged_to,
         "auto_add_product_rule": values.get("auto_add_product_rule"),
         "webpage_style": values.get("webpage_style"), "email_style": values.get("email_style"),
         "reward_expiry_days": values.get("reward_expiry_days"),
@@ -94,14 +109,22 @@ def create(conn: Connection, organization_id: str, values: dict):
 
 
 def update(conn: Connection, organization_id: str, campaign_id: str, changes: dict):
+    """Change the keys given; an absent key keeps its value. `null` clears a nullable key
+    (NULLABLE); name and products cannot be null (422, as on create); a null fee_charged_to
+    keeps the current value, as a null one on create means the default: the official client
+    sends it as null from every UpdateCampaignRequest.from_dict()."""
     current = get_or_404(conn, organization_id, campaign_id)
-    # null means "not given": the official client's from_dict() sends every nullable key
-    # (description, fee_charged_to, auto_add_product_rule) as null on a partial update.
-    changes = {k: v for k, v in changes.items() if v is not None}
+    for key in REQUIRED:
+        if key in changes and changes[key] is None:
+            raise Unprocessable(f"{key} can't be null", {key: ["can't be null"]})
+    changes = {k: v for k, v in changes.items() if v is not None or k in NULLABLE}
     _check_rule(changes)
     values = {k: v for k, v in changes.items() if k in campaigns.c}
     if "products" in values:
         values["products"] = resolve_products(conn, values["products"])
+    if "products" in values or "fee_charged_to" in values:
+        _check_fee_free(conn, values.get("fee_charged_to", current.fee_charged_to),
+                        values.get("products", current.products))
     for style in ("webpage_style", "email_style"):
         # A style object updates the keys it names and keeps the others.
         if style in values and values[style] is not None:

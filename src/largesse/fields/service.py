@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import date
 
 from sqlalchemy import Connection, bindparam, select
@@ -14,7 +15,8 @@ from largesse.ids import new_id
 from largesse.timeutil import utcnow
 
 DATA_TYPES = ("Checkbox", "Currency", "Date", "Dropdown", "Email", "List", "Number", "Phone", "Text", "TextArea")
-DISPLAY_NAME = re.compile(r"^[A-Za-z0-9_ ]+$")
+LABEL_MAX = fields.c.label.type.length
+MARKS = ("Mn", "Mc")  # combining and spacing marks: the vowel signs of Devanagari, Thai...
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
@@ -26,12 +28,30 @@ def list_for(conn: Connection, organization_id: str):
     return conn.execute(_FOR_ORG, {"org": organization_id}).all()
 
 
+def _label_allowed(label: str) -> bool:
+    """Letters and digits of any script (str.isalnum), spaces and underscores; a mark only
+    after a letter, digit or mark (part of the letter: हिन्दी). Punctuation and symbols (`-`, `.`,
+    `/`, `=`, `&`, `[`, `]`...) are refused: the label is a query parameter name of GET /rewards."""
+    previous = " "
+    for char in label:
+        if not (char.isalnum() or char in " _"
+                or (unicodedata.category(char) in MARKS and previous not in " _")):
+            return False
+        previous = char
+    return True
+
+
 def create(conn: Connection, *, organization_id: str, display_name: str, data_type: str, options: list[str] | None,
            required: bool, description: str | None):
-    label = " ".join(display_name.split())
-    if not label or not DISPLAY_NAME.match(label):
+    # NFC: an accented letter typed decomposed (e + U+0301) is the one letter é, so both
+    # spellings give the same label (the one searches must use).
+    label = unicodedata.normalize("NFC", " ".join(display_name.split()))
+    if not label or not _label_allowed(label):
         raise Unprocessable("display_name may contain only letters, digits, spaces and underscores",
                             {"display_name": ["may contain only letters, digits, spaces and underscores"]})
+    if len(label) > LABEL_MAX:  # NFC lengthens a few letters (U+0958 is two code points in NFC)
+        raise Unprocessable(f"display_name is too long (at most {LABEL_MAX} characters)",
+                            {"display_name": [f"is too long (at most {LABEL_MAX} characters)"]})
     if label.lower() in ("offset", "limit"):
         raise Unprocessable(f"{label!r} is reserved for pagination", {"display_name": ["is reserved"]})
     if data_type not in DATA_TYPES:
