@@ -41,11 +41,16 @@ def _label_allowed(label: str) -> bool:
     return True
 
 
+def label_of(name: str) -> str:
+    """A label as stored and as searched (GET /rewards?<label>=...): runs of spaces folded, and
+    Unicode NFC, so that an accented letter typed decomposed (e + U+0301) is the one letter é."""
+    folded = " ".join(name.split())
+    return folded if folded.isascii() else unicodedata.normalize("NFC", folded)
+
+
 def create(conn: Connection, *, organization_id: str, display_name: str, data_type: str, options: list[str] | None,
            required: bool, description: str | None):
-    # NFC: an accented letter typed decomposed (e + U+0301) is the one letter é, so both
-    # spellings give the same label (the one searches must use).
-    label = unicodedata.normalize("NFC", " ".join(display_name.split()))
+    label = label_of(display_name)
     if not label or not _label_allowed(label):
         raise Unprocessable("display_name may contain only letters, digits, spaces and underscores",
                             {"display_name": ["may contain only letters, digits, spaces and underscores"]})

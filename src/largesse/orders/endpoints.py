@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from largesse import auth, db
 from largesse.auth import CallerDep, parse_authorization
 from largesse.errors import BadRequest, NotFound
+from largesse.fields import service as fields_service
 from largesse.orders import repository, service
 from largesse.orders.schemas import (
     MAX_CUSTOM_FIELDS,
@@ -111,7 +112,7 @@ async def list_rewards(request: Request):
         offset = int_param(request, "offset", 0, low=0)
         limit = int_param(request, "limit", 100, low=1, high=500)
         filters = [
-            (clean_text(k, "label", max_length=100), clean_text(v, k[:100], max_length=1000))
+            (fields_service.label_of(clean_text(k, "label", max_length=100)), clean_text(v, k[:100], max_length=1000))
             for k, v in request.query_params.multi_items() if k not in PAGINATION
         ]
         if len(filters) > MAX_CUSTOM_FIELDS:  # a reward has at most that many: more match nothing
