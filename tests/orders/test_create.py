@@ -141,6 +141,19 @@ def test_required_field_must_be_present(org, http):
     place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "Sales"}])
 
 
+def test_required_text_field_must_not_be_blank(org, http):
+    field = make_field(http, data_type="Text", options=None, required=True)
+    before = snapshot(http)
+    for blank in ("", "   "):
+        body = order_body(org.member_email, custom_fields=[{"id": field["id"], "value": blank}])
+        errors = error(http.post("/orders", json=body), 400)
+        assert "value" in errors["payload"]["reward"]["custom_fields"]["0"]
+    assert snapshot(http) == before
+    place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "x"}])
+    optional = make_field(http, data_type="Text", options=None)
+    place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "x"}, {"id": optional["id"], "value": ""}])
+
+
 def test_sandbox_recipient_must_be_a_member(org, http):
     before = snapshot(http)
     errors = error(http.post("/orders", json=order_body("stranger@example.com")), 400)

@@ -99,6 +99,8 @@ def to_wire(row) -> dict:
 def check_value(field, value: str) -> str | None:
     """The problem with a value for a field, or None when it is acceptable."""
     kind = field.data_type
+    if field.required and not value.strip():
+        return "can't be blank: the field is required"
     if kind in ("Dropdown", "List"):
         options = (field.data or {}).get("options", [])
         if value not in options:
