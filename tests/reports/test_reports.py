@@ -9,17 +9,18 @@ from datetime import timedelta
 
 import httpx
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from tremendous import CreateReportRequest
 from tremendous.exceptions import ApiException, BadRequestException, NotFoundException
 
 from largesse import db
 from largesse.delivery.models import jobs
+from largesse.reports import generate, service
 from largesse.reports.generate import COLUMNS
-from largesse.reports.models import reports
+from largesse.reports.models import report_chunks, reports
 from largesse.timeutil import utcnow
 from tests.conftest import failing
-from tests.factories import error, make_field, ok, order_body
+from tests.factories import error, make_campaign, make_field, ok, order_body, place
 from tests.fraud.conftest import events_for, link_reward, redeem
 
 
@@ -146,8 +147,6 @@ def test_invalid_requests_answer_400_with_payload(http, body, payload):
 
 
 def test_unknown_ids_and_other_organizations(api, other_org, http):
-    with pytest.raises(NotFoundException):
-        api.create_report(request(campaign_id="CMPNOTMINE0001"))
     report_id = api.create_report(request()).report.id
     with pytest.raises(NotFoundException):
         other_org.api().get_report(report_id)
@@ -157,16 +156,133 @@ def test_unknown_ids_and_other_organizations(api, other_org, http):
         "must be one of phone, email, link, mail, direct"]}}}
 
 
+@pytest.mark.parametrize("key", ["order_id", "campaign_id"])
+def test_a_filter_id_that_is_not_the_callers_answers_400_at_its_property(org, api, http, other_org, key):
+    """An ID in a body that is not the caller's is 400 (docs/api.md): create_report's client
+    decodes 400, not 404."""
+    with other_org.http() as other:
+        theirs = (place(other, other_org.member_email)["id"] if key == "order_id" else make_campaign(other)["id"])
+    for value in ("NOTMINE0000001", theirs):
+        with pytest.raises(BadRequestException) as raised:
+            api.create_report(request(**{key: value}))
+        assert raised.value.data.errors.payload == {"filters": {"digital_rewards": {key: ["not found"]}}}
+        assert raised.value.data.errors.message == f"{'Order' if key == 'order_id' else 'Campaign'} {value} not found"
+        body = error(http.post("/reports", json={"report_type": "digital_rewards", "format": "csv",
+                                                 "filters": {"digital_rewards": {key: value}}}), 400)
+        assert body["payload"] == {"filters": {"digital_rewards": {key: ["not found"]}}}
+    mine = (place(http, org.member_email, method="LINK")["id"] if key == "order_id" else make_campaign(http)["id"])
+    assert api.create_report(request(**{key: mine})).report.status == "CREATED"
+
+
 def test_reports_in_progress_are_limited(org, api, work):
+    """A burst of quick POSTs (the official client does not retry them) passes up to the limit;
+    one more is 429 with Retry-After; once generated, the organization may ask again."""
     work()  # nothing of this organization is in progress
-    for _ in range(3):
-        api.create_report(request())
+    assert service.MAX_IN_PROGRESS >= 20
+    ids = [api.create_report(request()).report.id for _ in range(service.MAX_IN_PROGRESS)]
+    assert len(set(ids)) == service.MAX_IN_PROGRESS
     with pytest.raises(ApiException) as raised:
         api.create_report(request())
-    assert raised.value.status == 429
-    assert "reports are already being generated" in raised.value.body
+    assert raised.value.status == 429 and raised.value.headers["Retry-After"] == "10"
+    assert f"{service.MAX_IN_PROGRESS} reports are already being generated" in raised.value.body
     work()
+    assert {status_of(api, report_id)[1].status for report_id in ids} == {"READY_FOR_DOWNLOAD"}
     assert api.create_report(request()).report.status == "CREATED"
+
+
+def one_claim(engine, settings) -> list[str]:
+    """What one mail-lane thread of `largesse worker` does with one claim (delivery/worker.py
+    _step): claim a batch, run each job, record the sent emails. Returns the kinds it ran."""
+    from largesse.delivery import jobs as job_queue
+    from largesse.delivery import tasks
+    from largesse.delivery.transport import open_transport
+    from largesse.delivery.worker import BATCH
+
+    ctx = tasks.Context(engine, settings, "test-worker", open_transport(settings))
+    rows = job_queue.claim(engine, ctx.worker_id, limit=BATCH[job_queue.MAIL], lease_seconds=30,
+                           lane=job_queue.MAIL)
+    try:
+        for item in tasks.prepare_batch(ctx, rows):
+            tasks.run_claimed(ctx, item)
+        tasks.complete_sent(ctx)
+    finally:
+        ctx.transport.close()
+    return [row.kind for row in rows]
+
+
+def test_a_report_runs_one_chunk_per_job_and_never_holds_up_emails(org, api, http, engine, work, base_settings,
+                                                                   monkeypatch):
+    """Generation holds a worker thread for one chunk at a time: an email queued behind a long
+    report goes out after its first chunk, not after the whole report."""
+    work()
+    monkeypatch.setattr(generate, "PAGE", 2)  # a page of 2 rows, a chunk per page
+    monkeypatch.setattr(generate, "CHUNK_CHARS", 1)
+    ordered = [place(http, org.member_email, method="LINK", denomination=10 + i)["rewards"][0]["id"]
+               for i in range(7)]
+    report_id = api.create_report(request()).report.id
+    email = place(http, org.member_email)["rewards"][0]["id"]  # its delivery job is queued after the report
+
+    kinds = one_claim(engine, base_settings)
+    assert kinds.count("generate_report") == 1 and "deliver_reward" in kinds
+    assert api.get_reward(email).reward.delivery.status == "SUCCEEDED"
+    code, report = status_of(api, report_id)
+    assert (code, report.status) == (202, "PROCESSING")  # one chunk written, the rest queued
+
+    work()
+    code, report = status_of(api, report_id)
+    assert (code, report.status) == (200, "READY_FOR_DOWNLOAD")
+    _, rows = download(report.url)
+    assert rows[0] == list(COLUMNS) and sorted(row[0] for row in rows[1:]) == sorted([*ordered, email])
+    keys = [(row[COLUMNS.index("created_at")], row[0]) for row in rows[1:]]
+    assert keys == sorted(keys)  # chunk after chunk, each row once, in (created_at, id) order
+    with db.read(engine) as conn:
+        chunks = conn.execute(select(func.count()).select_from(report_chunks).where(
+            report_chunks.c.report_id == report_id)).scalar_one()
+        runs = conn.execute(select(func.count()).select_from(jobs).where(
+            jobs.c.kind == "generate_report", jobs.c.organization_id == org.id, jobs.c.status == "done")).scalar_one()
+    assert (chunks, runs) == (4, 5)  # 8 rows, 2 a page: 4 full pages, then a run that finds no row
+
+
+def test_a_run_that_lost_its_job_writes_nothing(org, api, http, engine, work, base_settings, monkeypatch):
+    """A worker whose lease ran out (its job taken over) finishes its chunk but stores nothing
+    and queues nothing: the job's new holder writes that chunk, once."""
+    from largesse.delivery import jobs as job_queue
+    from largesse.delivery import tasks
+    from largesse.delivery.transport import open_transport
+
+    work()
+    monkeypatch.setattr(generate, "PAGE", 2)
+    monkeypatch.setattr(generate, "CHUNK_CHARS", 1)
+    for _ in range(5):
+        place(http, org.member_email, method="LINK")
+    report_id = api.create_report(request()).report.id
+    one_claim(engine, base_settings)  # the header and the first page
+
+    def state():
+        with db.read(engine) as conn:
+            chunks = conn.execute(select(func.count()).select_from(report_chunks).where(
+                report_chunks.c.report_id == report_id)).scalar_one()
+            queued = conn.execute(select(jobs.c.id).where(jobs.c.kind == "generate_report", jobs.c.organization_id
+                                                          == org.id, jobs.c.status != "done")).scalars().all()
+        return chunks, queued
+
+    chunks, [next_job] = state()
+    ctx = tasks.Context(engine, base_settings, "slow-worker", open_transport(base_settings))
+    claimed = job_queue.claim(engine, ctx.worker_id, limit=20, lease_seconds=30, lane=job_queue.MAIL)
+    job_queue.release(engine, ctx.worker_id, [r.id for r in claimed if r.id != next_job])  # not ours to run
+    [row] = [r for r in claimed if r.id == next_job]
+    with db.write(engine) as conn:  # its lease ran out and another worker took the job over
+        conn.execute(update(jobs).where(jobs.c.id == next_job).values(locked_by="other-worker"))
+    assert generate.generate_report(ctx, row) == "lost"
+    assert state() == (chunks, [next_job])
+    with db.write(engine) as conn:  # the other worker dies too: the job is reclaimed
+        conn.execute(update(jobs).where(jobs.c.id == next_job).values(status="queued", locked_by=None,
+                                                                     locked_until=None))
+    work()
+    code, report = status_of(api, report_id)
+    assert (code, report.status) == (200, "READY_FOR_DOWNLOAD")
+    _, rows = download(report.url)
+    assert len(rows) == 6 and len({row[0] for row in rows[1:]}) == 5
 
 
 def test_last_failed_attempt_marks_the_report_failed(org, api, engine, work, webhook):

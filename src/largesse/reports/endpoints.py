@@ -66,7 +66,7 @@ async def _key(request: Request) -> bytes:
 async def create_report(request: Request, caller: CallerDep, engine: EngineDep):
     """Request a CSV of the organization's rewards (`digital_rewards`, `csv`, optional
     filters). Answers at once with status CREATED; the worker generates it. 429 when
-    3 reports are already in progress."""
+    20 reports of the organization are already in progress (service.MAX_IN_PROGRESS)."""
     body = read_object(await request.body())
     report = await write_db(engine, service.create, caller.organization_id, caller.key_id, body)
     return json_response({"report": report, "message": "The report is being generated."})

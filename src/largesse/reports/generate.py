@@ -3,11 +3,17 @@ database in pages and stored in report_chunks, in bounded memory whatever the ro
 
 Rows are read PAGE at a time by keyset pagination on (created_at, id) (the index
 ix_rewards_org_created_id), each page in a short read transaction; the CSV text goes into a
-buffer that is written out as one chunk row (about CHUNK_CHARS) in a short write transaction
-whenever it fills. Nothing holds more than one page and one chunk, so memory does not grow
-with the report (docs/reports.md has the measured figures). Each run writes its chunks under
-a generation of its own; only the run that finishes with the report still PROCESSING under
-its generation publishes them, so a run that lost its lease cannot mix its rows in.
+buffer of about CHUNK_CHARS, one chunk row. Nothing holds more than one page and one chunk, so
+memory does not grow with the report (docs/reports.md has the measured figures).
+
+One run of the job writes one chunk: in one short write transaction it finishes its job, stores
+the chunk and queues the next run (the keyset position, chunk number and counts travel in the
+new job's payload), or, after the last chunk, publishes the report. So a report of any size
+holds a worker thread for one chunk (a fraction of a second) at a time, and between its chunks
+the queue serves everything else (emails, other reports) in its usual order: many reports
+queued at once cannot starve email delivery. Each report writes its chunks under a generation
+of its own; only the run that finishes with the report still PROCESSING under its generation
+publishes them, and a run that lost its job's lease writes nothing at all.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from sqlalchemy import and_, delete, false, or_, select, update
 from largesse import db
 from largesse.catalog.models import products
 from largesse.delivery import jobs as job_queue
+from largesse.delivery.models import jobs
 from largesse.fields import service as fields_service
 from largesse.fraud.models import fraud_reviews
 from largesse.money import format_amount
@@ -118,28 +125,28 @@ def _line(row, labels: list[str], values: dict[str, str]) -> list[str]:
             *(_text(values.get(label)) for label in labels)]
 
 
-def write_csv(engine, report_id: str, org: str, filters: dict, generation: str) -> tuple[int, int]:
-    """Stream the report's rows into chunks of `generation`; returns (rows, UTF-8 bytes)."""
+def _header(labels: list[str]) -> list[str]:
+    return [*COLUMNS, *(_text(label) for label in labels)]
+
+
+def start_state(engine, org: str, generation: str) -> dict:
+    """Where a new run of a report starts: no row read yet, the header still to write. The
+    custom field labels are fixed here, so that every chunk has the header's columns."""
     with db.read(engine) as conn:
         labels = sorted({f.label for f in fields_service.list_for(conn, org)}, key=str.lower)
+    return {"generation": generation, "labels": labels, "after": None, "seq": 0, "rows": 0, "bytes": 0}
+
+
+def next_chunk(engine, org: str, filters: dict, state: dict) -> tuple[str, dict, bool]:
+    """The CSV text that follows `state`: whole pages until it holds CHUNK_CHARS or the rows
+    run out (the header first in chunk 0). Returns (text, the state after it, finished)."""
+    labels = state["labels"]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n")
-    writer.writerow([*COLUMNS, *(_text(label) for label in labels)])
-    rows = size = seq = 0
-    after = None
-
-    def flush():
-        nonlocal buffer, writer, seq, size
-        data = buffer.getvalue()
-        if not data:
-            return
-        with db.write(engine) as conn:
-            conn.execute(report_chunks.insert().values(report_id=report_id, generation=generation, seq=seq,
-                                                       data=data))
-        seq, size = seq + 1, size + len(data.encode())
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\r\n")
-
+    if state["seq"] == 0:
+        writer.writerow(_header(labels))
+    after = state["after"] and (datetime.fromisoformat(state["after"][0]), state["after"][1])
+    rows, finished = state["rows"], False
     while True:
         with db.read(engine) as conn:
             page = conn.execute(_page_query(org, filters, after)).all()
@@ -152,18 +159,41 @@ def write_csv(engine, report_id: str, org: str, filters: dict, generation: str) 
         for row in page:
             writer.writerow(_line(row, labels, values.get(row.id, {})))
         rows += len(page)
-        if buffer.tell() >= CHUNK_CHARS:
-            flush()
+        if page:
+            after = (page[-1].created_at, page[-1].id)
         if len(page) < PAGE:
+            finished = True
             break
-        after = (page[-1].created_at, page[-1].id)
         del page, values
-    flush()
-    return rows, size
+        if buffer.tell() >= CHUNK_CHARS:
+            break
+    data = buffer.getvalue()
+    state = {**state, "after": after and [after[0].isoformat(), after[1]], "rows": rows,
+             "seq": state["seq"] + (1 if data else 0), "bytes": state["bytes"] + len(data.encode())}
+    return data, state, finished
+
+
+def _store(conn, report_id: str, generation: str, seq: int, data: str) -> None:
+    if data:
+        conn.execute(report_chunks.insert().values(report_id=report_id, generation=generation, seq=seq, data=data))
+
+
+def write_csv(engine, report_id: str, org: str, filters: dict, generation: str) -> tuple[int, int]:
+    """The whole report in one go, chunk after chunk under `generation`; returns (rows, UTF-8
+    bytes). The job does the same one chunk per run (generate_report); this is for measuring
+    (bench/report_memory.py)."""
+    state = start_state(engine, org, generation)
+    while True:
+        seq = state["seq"]
+        data, state, finished = next_chunk(engine, org, filters, state)
+        with db.write(engine) as conn:
+            _store(conn, report_id, generation, seq, data)
+        if finished:
+            return state["rows"], state["bytes"]
 
 
 def generate_report(ctx, job) -> str:
-    """The job handler (delivery/tasks.py dispatches `generate_report` here)."""
+    """The job handler (delivery/tasks.py dispatches `generate_report` here): one chunk per run."""
     report_id = (job.payload or {}).get("report_id")
     try:
         return _generate(ctx, job, report_id)
@@ -177,40 +207,70 @@ def generate_report(ctx, job) -> str:
                                              error=f"{type(exc).__name__}: {exc}"[:2000])).rowcount
             if failed:
                 webhooks.emit(conn, job.organization_id, [("REPORTS.GENERATION.FAILED", report_id)])
+                # The chunks written so far will never be served.
+                conn.execute(delete(report_chunks).where(report_chunks.c.report_id == report_id))
             job_queue.mark_done(conn, job, ctx.worker_id, f"report failed: {type(exc).__name__}")
         return "failed"
 
 
-def _generate(ctx, job, report_id: str | None) -> str:
-    from largesse.redemption.security import load_csrf_key
+def _holds(conn, job, worker_id: str) -> bool:
+    """Whether this worker still holds the job, the row locked until the transaction ends
+    (PostgreSQL; SQLite's write transactions are serialised), so it cannot be taken over
+    meanwhile."""
+    return conn.execute(select(jobs.c.id).where(jobs.c.id == job.id, jobs.c.status == job_queue.RUNNING,
+                                                jobs.c.locked_by == worker_id).with_for_update()).first() is not None
 
-    engine, now = ctx.engine, utcnow()
-    generation = secrets.token_hex(12)
+
+def _generate(ctx, job, report_id: str | None) -> str:
+    """One run: the next chunk of the report, stored in the same transaction that finishes this
+    job and queues the next one (or publishes the report). A run that lost its job (its lease
+    ran out and another worker took it over) writes nothing; the new holder redoes the chunk."""
+    engine = ctx.engine
+    state = (job.payload or {}).get("state")
     with db.write(engine) as conn:
         row = conn.execute(select(reports).where(reports.c.id == report_id)).first()
-        if row is None or row.status not in service.IN_PROGRESS:
-            job_queue.mark_done(conn, job, ctx.worker_id, "skipped: report missing or finished")
+        current = row is not None and (row.status in service.IN_PROGRESS if state is None else (
+            row.status == service.PROCESSING and row.generation == state["generation"]))
+        if not current:
+            job_queue.mark_done(conn, job, ctx.worker_id, "skipped: report missing, finished or superseded")
             return "skipped"
-        conn.execute(update(reports).where(reports.c.id == report_id)
-                     .values(status=service.PROCESSING, started_at=now, generation=generation))
-        # Housekeeping: the CSVs whose links have expired are dropped (the report rows stay).
-        conn.execute(delete(report_chunks).where(report_chunks.c.report_id.in_(
-            select(reports.c.id).where(reports.c.url_expires_at < now))))
-    rows, size = write_csv(engine, report_id, row.organization_id, row.filters or {}, generation)
-    key = load_csrf_key(engine, ctx.settings)
-    salt = service.new_salt()
-    done = utcnow()
+        if state is None:  # the first run
+            if not _holds(conn, job, ctx.worker_id):
+                return "lost"  # its lease ran out before it started: the job's new holder starts it
+            now = utcnow()
+            generation = secrets.token_hex(12)
+            conn.execute(update(reports).where(reports.c.id == report_id)
+                         .values(status=service.PROCESSING, started_at=now, generation=generation))
+            # Housekeeping: the CSVs whose links have expired are dropped (the report rows stay).
+            conn.execute(delete(report_chunks).where(report_chunks.c.report_id.in_(
+                select(reports.c.id).where(reports.c.url_expires_at < now))))
+    if state is None:
+        state = start_state(engine, row.organization_id, generation)
+    org, generation, seq = row.organization_id, state["generation"], state["seq"]
+    data, state, finished = next_chunk(engine, org, row.filters or {}, state)
+    key = salt = None
+    if finished:
+        from largesse.redemption.security import load_csrf_key
+
+        key, salt = load_csrf_key(engine, ctx.settings), service.new_salt()
     with db.write(engine) as conn:
+        if not job_queue.mark_done(conn, job, ctx.worker_id, None if not finished else "report complete"):
+            return "lost"  # nothing written: the job's new holder writes this chunk
+        _store(conn, report_id, generation, seq, data)
+        if not finished:
+            job_queue.enqueue(conn, kind=service.JOB_KIND, organization_id=org, max_attempts=job.max_attempts,
+                              payload={"report_id": report_id, "state": state})
+            return "chunk"
+        done = utcnow()
         published = conn.execute(
             update(reports).where(reports.c.id == report_id, reports.c.status == service.PROCESSING,
                                   reports.c.generation == generation)
-            .values(status=service.READY, completed_at=done, row_count=rows, byte_size=size, download_salt=salt,
-                    download_hash=service.hash_token(service.token_for(key, report_id, salt)),
+            .values(status=service.READY, completed_at=done, row_count=state["rows"], byte_size=state["bytes"],
+                    download_salt=salt, download_hash=service.hash_token(service.token_for(key, report_id, salt)),
                     url_expires_at=done + timedelta(days=service.URL_DAYS), error=None)).rowcount
         if published:
             conn.execute(delete(report_chunks).where(report_chunks.c.report_id == report_id,
                                                      report_chunks.c.generation != generation))
-            webhooks.emit(conn, row.organization_id, [("REPORTS.GENERATION.SUCCEEDED", report_id)])
-        job_queue.mark_done(conn, job, ctx.worker_id, None if published else "superseded by another run")
-    log.info("report %s: %s rows, %s bytes", report_id, rows, size)
-    return "generated"
+            webhooks.emit(conn, org, [("REPORTS.GENERATION.SUCCEEDED", report_id)])
+    log.info("report %s: %s rows, %s bytes", report_id, state["rows"], state["bytes"])
+    return "generated" if published else "superseded"

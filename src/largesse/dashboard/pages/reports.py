@@ -1,7 +1,7 @@
 """Reports: ask for a rewards report with filters, follow its status, download it when ready.
 
 The form becomes POST /reports's body and reports/service.py's create() validates and queues
-it (the same filters, errors and limit of 3 reports in progress); the worker generates the
+it (the same filters, errors and limit of reports in progress); the worker generates the
 CSV. The download link is the one GET /reports/{id} hands out (the signed
 /reports/download/<token>, built by the API's own link builder)."""
 
@@ -125,7 +125,7 @@ def create_report(ctx):
     try:
         with db.write(ctx.engine) as conn:
             report = reports.create(conn, ctx.viewer.organization_id, None, _body(entered))
-    except ApiError as exc:  # 400 a filter, 404 another organization's campaign or order, 429 three in progress
+    except ApiError as exc:  # 400 a filter or another organization's campaign or order, 429 too many in progress
         return _page(ctx, exc.status_code, error=_message(exc), entered=entered)
     return ctx.redirect(f"/dashboard/reports?asked={report['id']}")
 
