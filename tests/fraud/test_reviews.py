@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
+from sqlalchemy import func, select, update
 from tremendous import FraudRuleRequest, FraudRuleRequestConfig, ReviewIp
 from tremendous.exceptions import NotFoundException, UnprocessableEntityException
 
+from largesse import db
+from largesse.catalog.models import products
+from largesse.funding.models import ledger_entries
 from tests.factories import available_cents
 from tests.fraud.conftest import events_for, link_reward, payout_count, redeem, refund_count, tagged
 from tests.redemption.conftest import GIFT_CARD, fake_ip
@@ -42,9 +47,7 @@ def test_flagged_redemption_is_held_then_released_once(org, api, engine, webhook
     assert payout_count(engine, reward_id) == 1
     with pytest.raises(UnprocessableEntityException):
         api.block_fraud_review(reward_id)
-    with pytest.raises(Exception) as again:
-        api.release_fraud_review(reward_id)
-    assert again.value.status == 422
+    assert api.release_fraud_review(reward_id).fraud_review.status == "released"  # idempotent, below
     assert payout_count(engine, reward_id) == 1
     assert "TEST-" in redeem_page(link)
     assert api.list_fraud_reviews(status="released").total_count == 1
@@ -69,11 +72,111 @@ def test_block_cancels_and_refunds_exactly_once(org, api, engine, http, cli):
     assert blocked.status == "blocked" and blocked.reviewed_by
     assert available_cents(http) == after_order + 4000
     assert refund_count(engine, reward_id) == 1
-    with pytest.raises(UnprocessableEntityException):
-        api.block_fraud_review(reward_id)
+    assert api.block_fraud_review(reward_id).fraud_review.status == "blocked"  # idempotent, below
     assert available_cents(http) == after_order + 4000
     assert "canceled" in redeem_page(link)
     assert payout_count(engine, reward_id) == 0
+    cli("ledger", "verify")
+
+
+def trail(engine, http, org, reward_id: str) -> tuple:
+    """Everything a decision may change: balance, payouts, refunds, the reward's ledger entries
+    and its webhook events."""
+    with db.read(engine) as conn:
+        entries = conn.execute(select(func.count()).select_from(ledger_entries).where(
+            ledger_entries.c.reward_id == reward_id)).scalar_one()
+    return (available_cents(http), payout_count(engine, reward_id), refund_count(engine, reward_id), entries,
+            sorted(events_for(engine, org.id, reward_id)))
+
+
+def held(org, api) -> str:
+    ip = fake_ip()
+    review_ip(api, ip)
+    reward_id, link = link_reward(org)
+    redeem(link, ip=ip)
+    return reward_id
+
+
+def test_releasing_a_released_review_again_is_200_and_changes_nothing(org, api, engine, http, webhook, cli):
+    """release_fraud_review's client decodes no 422: a repeated release (a retry after a lost
+    answer) answers the review as it is, with no second payout, event or ledger entry."""
+    reward_id = held(org, api)
+    first = api.release_fraud_review(reward_id).fraud_review
+    after = trail(engine, http, org, reward_id)
+    assert after[1:3] == (1, 0) and "REWARDS.FLAGGED" in after[4]
+    for _ in range(2):
+        again = api.release_fraud_review(reward_id).fraud_review
+        assert (again.status, again.reviewed_by, again.reviewed_at) == ("released", first.reviewed_by,
+                                                                        first.reviewed_at)
+        assert again.reward.id == reward_id
+        assert trail(engine, http, org, reward_id) == after
+    with pytest.raises(UnprocessableEntityException) as raised:  # block decodes 422: the other decision
+        api.block_fraud_review(reward_id)
+    assert raised.value.data.errors.payload == {"id": ["is already released"]}
+    assert trail(engine, http, org, reward_id) == after
+    cli("ledger", "verify")
+
+
+def test_blocking_a_blocked_review_again_is_200_and_changes_nothing(org, api, engine, http, webhook, cli):
+    reward_id = held(org, api)
+    first = api.block_fraud_review(reward_id).fraud_review
+    after = trail(engine, http, org, reward_id)
+    assert after[1:3] == (0, 1) and after[4].count("REWARDS.CANCELED") == 1
+    again = api.block_fraud_review(reward_id).fraud_review
+    assert (again.status, again.reviewed_by, again.reviewed_at) == ("blocked", first.reviewed_by, first.reviewed_at)
+    assert trail(engine, http, org, reward_id) == after
+    # Releasing a blocked review stays 422 (documented): the 6.0 client raises it without
+    # decoding it (.data is None), the error body is in .body.
+    with pytest.raises(UnprocessableEntityException) as raised:
+        api.release_fraud_review(reward_id)
+    assert raised.value.data is None
+    assert json.loads(raised.value.body)["errors"]["payload"] == {"id": ["is already blocked"]}
+    assert trail(engine, http, org, reward_id) == after
+    cli("ledger", "verify")
+
+
+def test_release_of_a_product_no_longer_offered_is_422_and_keeps_the_review_open(org, api, engine, http):
+    """Documented: 422 (not decoded by release's client: .data is None, the body has the
+    message); the review stays flagged, nothing is paid, and it can be released later or blocked."""
+    reward_id = held(org, api)
+    before = available_cents(http)
+    with db.write(engine) as conn:
+        conn.execute(update(products).where(products.c.id == GIFT_CARD).values(active=False))
+    try:
+        with pytest.raises(UnprocessableEntityException) as raised:
+            api.release_fraud_review(reward_id)
+    finally:
+        with db.write(engine) as conn:
+            conn.execute(update(products).where(products.c.id == GIFT_CARD).values(active=True))
+    assert raised.value.data is None
+    assert json.loads(raised.value.body)["errors"]["payload"] == {"id": ["No longer offered"]}
+    assert api.get_fraud_review(reward_id).fraud_review.status == "flagged"
+    assert (payout_count(engine, reward_id), available_cents(http)) == (0, before)
+    assert api.release_fraud_review(reward_id).fraud_review.status == "released"
+    assert payout_count(engine, reward_id) == 1
+
+
+def test_concurrent_releases_both_answer_200_and_pay_once(org, api, engine, http, cli):
+    reward_id = held(org, api)
+    before = available_cents(http)
+    barrier, outcomes, errors = threading.Barrier(2), [], []
+
+    def release():
+        client = org.api()
+        barrier.wait()
+        try:
+            outcomes.append(client.release_fraud_review(reward_id).fraud_review.status)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=release) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and outcomes == ["released", "released"]
+    assert (payout_count(engine, reward_id), refund_count(engine, reward_id)) == (1, 0)
+    assert available_cents(http) == before
     cli("ledger", "verify")
 
 

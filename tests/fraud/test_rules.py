@@ -88,6 +88,29 @@ def test_update_list_adds_and_removes(api):
             {"operation": "add", "config": {"ips": ["203.0.113.1"]}}))
 
 
+def test_removing_the_last_entries_of_review_email_is_refused_like_its_create(api, http):
+    """A review_email rule needs emails or domains (its create is 400 without): update_list
+    cannot empty it either; 400 at the emptied list, nothing changes. DELETE removes the rule."""
+    assert error(http.post("/fraud_rules/review_email", json={"config": {"emails": [], "domains": []}}),
+                 400)["payload"] == {"config": ["needs emails or domains"]}
+    api.fraud_rule("review_email", rule(ReviewEmail(emails=["a@example.com"], domains=["example.org"])))
+    api.update_fraud_rule_list("review_email", UpdateFraudRuleListRequest.from_dict(
+        {"operation": "remove", "config": {"domains": ["example.org"]}}))
+    assert rules_of(api)["review_email"] == {"emails": ["a@example.com"], "domains": []}
+    why = "would leave the rule without emails or domains (it needs emails or domains); delete the rule instead"
+    with pytest.raises(BadRequestException) as raised:
+        api.update_fraud_rule_list("review_email", UpdateFraudRuleListRequest.from_dict(
+            {"operation": "remove", "config": {"emails": ["A@example.com"]}}))
+    assert raised.value.data.errors.payload == {"config": {"emails": [why]}}
+    assert raised.value.data.errors.message == f"config.emails: {why}"
+    assert error(http.post("/fraud_rules/review_email/update_list", json={"operation": "remove", "config": {
+        "emails": ["a@example.com"], "domains": ["example.org"]}}), 400)["payload"] == {
+        "config": {"emails": [why], "domains": [why]}}
+    assert rules_of(api)["review_email"] == {"emails": ["a@example.com"], "domains": []}
+    assert http.delete("/fraud_rules/review_email").status_code == 200
+    assert "review_email" not in rules_of(api)
+
+
 @pytest.mark.parametrize(("rule_type", "body", "payload"), [
     ("review_ip", {"config": {"ips": ["300.1.1.1"]}}, {"config": {"ips": {"0": ["is not an IPv4 or IPv6 address "
                                                                                "or CIDR range"]}}}),

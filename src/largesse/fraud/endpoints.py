@@ -114,7 +114,9 @@ async def get_fraud_review(reward_id: str, caller: CallerDep, engine: EngineDep)
 
 @router.put("/fraud_reviews/{reward_id}/release", response_model=FraudReviewEnvelope)
 async def release_fraud_review(reward_id: str, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
-    """Issue the payout the recipient chose (once); 422 when already decided."""
+    """Issue the payout the recipient chose, once: a released review again is 200 as it is. 422
+    (which the 6.0 client does not decode: `.data` is None, the error body is in `.body`) when
+    it was blocked, the reward is no longer open, or the chosen product cannot be issued."""
     review = await run_db(engine, db.retrying, reviews.release, engine, settings, org=caller.organization_id,
                           reward_id=reward_id, key_id=caller.key_id)
     return json_response({"fraud_review": review})
@@ -122,7 +124,8 @@ async def release_fraud_review(reward_id: str, caller: CallerDep, engine: Engine
 
 @router.put("/fraud_reviews/{reward_id}/block", response_model=FraudReviewEnvelope)
 async def block_fraud_review(reward_id: str, caller: CallerDep, engine: EngineDep):
-    """Cancel the reward and refund it to the balance (once); 422 when already decided."""
+    """Cancel the reward and refund it to the balance, once: a blocked review again is 200 as it
+    is; 422 when it was released."""
     review = await run_db(engine, db.retrying, reviews.block, engine, org=caller.organization_id,
                           reward_id=reward_id, key_id=caller.key_id)
     return json_response({"fraud_review": review})

@@ -115,7 +115,9 @@ def get_review(conn: Connection, org: str, reward_id: str) -> dict:
 
 
 def _decide(conn: Connection, org: str, reward_id: str, status: str, key_id: str):
-    """The gate: flagged -> status, once. The row, or 422 naming the earlier decision."""
+    """The gate: flagged -> status, once. (row, decision time) for the request that decides;
+    (row, None) when the review already has this very status (a repeated release or block:
+    nothing more to do); 422 naming the decision when it has the other one."""
     row = _row_or_404(conn, org, reward_id)
     now = utcnow()
     won = conn.execute(update(fraud_reviews)
@@ -123,17 +125,22 @@ def _decide(conn: Connection, org: str, reward_id: str, status: str, key_id: str
                        .values(status=status, reviewed_by=key_id, reviewed_at=now)).rowcount
     if not won:
         current = conn.execute(select(fraud_reviews.c.status).where(fraud_reviews.c.reward_id == reward_id)).scalar()
+        if current == status:
+            return row, None
         raise Unprocessable(f"Fraud review {reward_id} was already {current}", {"id": [f"is already {current}"]})
     return row, now
 
 
 def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key_id: str) -> dict:
-    """Pay the product the recipient chose, once, through the normal redemption path."""
+    """Pay the product the recipient chose, once, through the normal redemption path. Releasing
+    a released review again answers it as it is (no second payout, event or ledger entry)."""
     from largesse.redemption import service as redemption
     from largesse.redemption.providers import OutOfStock
 
     with db.write(engine) as conn:
         row, now = _decide(conn, org, reward_id, RELEASED, key_id)
+        if now is None:
+            return get_review(conn, org, reward_id)
         if not lifecycle.close(conn, reward_id, status="REDEEMED", at=now):
             state = lifecycle.status(conn.execute(select(rewards).where(rewards.c.id == reward_id)).first(), at=now)
             raise Unprocessable(f"Reward {reward_id} is {state.lower()}; it cannot be released",
@@ -151,15 +158,17 @@ def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key
 
 
 def block(engine: Engine, *, org: str, reward_id: str, key_id: str) -> dict:
-    """Cancel the reward and refund it, once (delivery.service.refund: the one refund rule)."""
+    """Cancel the reward and refund it, once (delivery.service.refund: the one refund rule).
+    Blocking a blocked review again answers it as it is (no second refund or event)."""
     from largesse.delivery import service as delivery
 
     with db.write(engine) as conn:
         _, now = _decide(conn, org, reward_id, BLOCKED, key_id)
-        if lifecycle.close(conn, reward_id, status="CANCELED", at=now):
+        if now is not None and lifecycle.close(conn, reward_id, status="CANCELED", at=now):
             reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
             delivery.refund(conn, reward, memo=f"reward {reward_id} blocked in fraud review")
             webhooks.emit(conn, org, [("REWARDS.CANCELED", reward_id)])
-        # Otherwise the client canceled it, or it expired: that already refunded it (or the
-        # expiry sweep will); the review still records the decision.
+        # Otherwise it was blocked already (a repeated request), or the client canceled it, or it
+        # expired: that already refunded it (or the expiry sweep will); the review still records
+        # the decision.
         return get_review(conn, org, reward_id)

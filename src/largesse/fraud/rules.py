@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from largesse import codes
+from largesse.errors import BadRequest, payload_from
 from largesse.jsonbody import problem
 from largesse.money import MoneyError, to_cents
 from largesse.money import to_wire as money_to_wire
@@ -33,6 +34,9 @@ NO_CONFIG = (REVIEW_MULTIPLE_EMAILS, REVIEW_FLAG_LIST, REVIEW_BLOCKED)
 # The list keys update_list may add to or remove from, per rule type.
 LIST_KEYS = {REVIEW_COUNTRY: ("countries",), REVIEW_IP: ("ips",), ALLOW_IP: ("ips",),
              REVIEW_EMAIL: ("emails", "domains"), ALLOW_EMAIL: ("emails",)}
+# A review_email rule needs at least one email or domain: create and update_list refuse to leave
+# it without either (an empty rule would hold nobody; DELETE /fraud_rules/review_email removes it).
+EMAIL_RULE_NEEDS = "needs emails or domains"
 PERIODS = ("7", "30", "90", "120", "365", "all_time")
 MAX_LIST = 50_000
 MAX_AMOUNT_CENTS = 10**13
@@ -160,7 +164,7 @@ def validate(rule_type: str, config: Any) -> dict:
         emails = _list(config, "emails", required=False, where=where)
         domains = _list(config, "domains", required=False, where=where)
         if not emails and not domains:
-            raise problem(where, "needs emails or domains")
+            raise problem(where, EMAIL_RULE_NEEDS)
         return {"emails": clean_emails(emails or [], (*where, "emails")),
                 "domains": clean_domains(domains or [], (*where, "domains"))}
     if rule_type == REVIEW_COUNT:
@@ -223,4 +227,9 @@ def update_list(rule_type: str, stored: dict, operation: Any, config: Any) -> di
             drop = set(entries)
             merged = [v for v in current if v not in drop]
         updated[key] = merged
+    if rule_type == REVIEW_EMAIL and not updated.get("emails") and not updated.get("domains"):
+        # What the create refuses (EMAIL_RULE_NEEDS), refused here too, at the lists emptied.
+        why = f"would leave the rule without emails or domains (it {EMAIL_RULE_NEEDS}); delete the rule instead"
+        removed = [key for key, values in given.items() if values]
+        raise BadRequest(f"config.{removed[0]}: {why}", payload_from((("config", key), why) for key in removed))
     return updated
