@@ -135,6 +135,33 @@ def test_member_of_an_unknown_connected_organization_is_400_at_its_property(api,
         assert raised.value.data.errors.payload == {"connected_organization_id": ["not found"]}
 
 
+@pytest.mark.parametrize("website_url", ["javascript:alert(1)", "data:text/html,<script>x</script>",
+                                         "https://a.example.com/<script>", "ftp://files.example.com"])
+def test_kyb_website_url_is_validated_like_an_organizations_website(org, api, http, website_url):
+    """The rule of POST /organizations' `website` (orgs/endpoints.py WEBSITE), at
+    kyb_prefill.website_url: 400 at the property, nothing created."""
+    assert error(http.post("/organizations", json={"name": "Sub", "website": website_url,
+                                                   "with_api_key": False}), 400)["payload"] == {
+        "website": ["is not a valid URL"]}
+    before = _sub_organizations(org)
+    with pytest.raises(BadRequestException) as raised:
+        api.create_connected_organization(CreateConnectedOrganizationRequest(
+            client_id="cust-js", kyb_prefill=CreateConnectedOrganizationRequestKybPrefill(website_url=website_url)))
+    assert raised.value.data.errors.payload == {"kyb_prefill": {"website_url": ["is not a valid URL"]}}
+    assert _sub_organizations(org) == before and api.list_connected_organizations().total_count == 0
+
+
+def test_kyb_website_url_takes_what_an_organizations_website_takes(api):
+    for client_id, website_url, shown in (("c-url", " https://customer.example.com/about ",
+                                           "https://customer.example.com/about"),
+                                          ("c-domain", "customer.example.com", "customer.example.com"),
+                                          ("c-blank", "  ", ""), ("c-none", None, "")):
+        created = api.create_connected_organization(CreateConnectedOrganizationRequest(
+            client_id=client_id, kyb_prefill=CreateConnectedOrganizationRequestKybPrefill(
+                company_name="Customer", website_url=website_url))).connected_organization
+        assert created.organization.website == shown, client_id
+
+
 def _confirm(client: httpx.Client, url: str) -> tuple[str, str]:
     """GET the sign-in page as a browser: (form action, csrf token)."""
     page = client.get(url)

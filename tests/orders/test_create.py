@@ -151,7 +151,8 @@ def test_required_text_field_must_not_be_blank(org, http):
     assert snapshot(http) == before
     place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "x"}])
     optional = make_field(http, data_type="Text", options=None)
-    place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "x"}, {"id": optional["id"], "value": ""}])
+    place(http, org.member_email,
+          custom_fields=[{"id": field["id"], "value": "x"}, {"id": optional["id"], "value": ""}])
 
 
 def test_sandbox_recipient_must_be_a_member(org, http):

@@ -62,10 +62,16 @@ def create_connected_org(conn: Connection, *, platform_id: str, client_id: str, 
     if not client_id:
         raise BadRequest("client_id must not be blank", {"client_id": ["can't be blank"]})
     kyb = {k: v for k, v in (kyb_prefill or {}).items() if v is not None}
+    website = (kyb.get("website_url") or "").strip()
+    if website and not orgs.valid_website(website):  # the rule of POST /organizations' `website`
+        raise BadRequest("kyb_prefill.website_url must be an http(s) URL or a domain name",
+                         {"kyb_prefill": {"website_url": ["is not a valid URL"]}})
+    if "website_url" in kyb:
+        kyb["website_url"] = website
     if conn.execute(_live(platform_id).where(_CO.c.client_id == client_id)).first() is not None:
         raise _taken()
     name = kyb.get("company_name") or kyb.get("doing_business_as") or client_id
-    created = suborgs.create_sub_org(conn, parent_id=platform_id, name=name[:200], website=kyb.get("website_url"),
+    created = suborgs.create_sub_org(conn, parent_id=platform_id, name=name[:200], website=website or None,
                                      currency_code=currency)
     connected_id = new_id()
     # A concurrent create with the same client_id fails on uq_connected_organizations_client_id:

@@ -7,8 +7,6 @@ Endpoints parse, call orgs.service / orgs.suborgs, serialize; the rules live in 
 
 from __future__ import annotations
 
-import re
-
 from fastapi import APIRouter, Body, Request
 from pydantic import StrictBool
 from starlette.responses import Response
@@ -21,10 +19,6 @@ from largesse.schemas import Out, Text, Wire
 from largesse.web import EngineDep, clean_text, json_response, read_db, write_db
 
 router = APIRouter(tags=["organization"])
-
-# A website as an organization gives it: http(s) URL or a bare host name, optionally a path.
-WEBSITE = re.compile(r"^(https?://)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*(:\d{1,5})?"
-                     r"(/[^\s<>\"'\\]*)?$")
 
 
 class CreateMemberIn(Wire):
@@ -126,7 +120,7 @@ async def create_organization(body: CreateOrganizationIn, caller: CallerDep, eng
     if not name:
         raise BadRequest("name must not be blank", {"name": ["can't be blank"]})
     website = body.website.strip()
-    if not WEBSITE.match(website):
+    if not service.valid_website(website):
         raise BadRequest("website must be an http(s) URL or a domain name", {"website": ["is not a valid URL"]})
     currency = codes.currency(body.currency_code) if body.currency_code else None
     if body.currency_code and currency is None:

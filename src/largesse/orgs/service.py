@@ -8,6 +8,7 @@ addresses, and an organization never loses its last administrator.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, bindparam, delete, exists, func, select, update
@@ -217,6 +218,16 @@ def remove_member(engine: Engine, *, organization_id: str, member_id: str) -> No
 
 
 # --- organizations as API callers see them ----------------------------------------------------
+
+# A website as an organization gives it: http(s) URL or a bare host name, optionally a path
+# (POST /organizations' `website`, a connected organization's `kyb_prefill.website_url`).
+_WEBSITE = re.compile(r"^(https?://)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*(:\d{1,5})?"
+                      r"(/[^\s<>\"'\\]*)?$")
+
+
+def valid_website(website: str) -> bool:
+    return _WEBSITE.match(website) is not None
+
 
 def visible_orgs(conn: Connection, organization_id: str, *, sub_organizations: bool = False):
     """The caller's organization; with sub_organizations, then those it created (oldest first)."""
