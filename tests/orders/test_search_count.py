@@ -5,6 +5,8 @@ rewards shows both sides (the server runs in this process)."""
 
 from __future__ import annotations
 
+import time
+
 from largesse import paging
 from tests.factories import make_campaign, make_field, ok, place
 
@@ -48,6 +50,7 @@ def test_two_label_total_count_examines_a_bounded_number_of_the_first_labels_rew
     for value in regions:
         place(http, org.member_email, custom_fields=[{"id": dept["id"], "value": "Sales"},
                                                      {"id": region["id"], "value": value}])
+        time.sleep(0.002)  # created_at has milliseconds: orders of one millisecond list by their random IDs
     place(http, org.member_email, custom_fields=[{"id": dept["id"], "value": "Support"},
                                                  {"id": region["id"], "value": "EMEA"}])
     sales = ok(http.get("/rewards", params={dept["label"]: "Sales"}))["rewards"]  # newest first, as a search walks
