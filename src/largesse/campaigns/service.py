@@ -44,10 +44,11 @@ def list_for(conn: Connection, organization_id: str):
     ).all()
 
 
-def resolve_products(conn: Connection, product_ids: list[str]) -> list[str]:
+def resolve_products(conn: Connection, product_ids: list[str]) -> tuple[list[str], dict]:
     """Expand ALL_FEE_FREE, drop duplicates (keeping order), 422 for unknown products (an ID
     inside the body points at the property; 404 is for the resource in the path). 422, not 400:
-    create_campaign and update_campaign's client decodes the error body of 422 only (API.md §1)."""
+    create_campaign and update_campaign's client decodes the error body of 422 only (API.md §1).
+    Returns the IDs and their catalog rows."""
     resolved: list[str] = []
     for pid in product_ids:
         expanded = catalog.fee_free_ids(conn) if pid == ALL_FEE_FREE else [pid]
@@ -57,7 +58,7 @@ def resolve_products(conn: Connection, product_ids: list[str]) -> list[str]:
     if missing:
         raise Unprocessable(f"Unknown product {missing[0]}",
                             {"products": [f"unknown product {p}" for p in missing]})
-    return resolved
+    return resolved, known
 
 
 def _check_rule(changes: dict) -> None:
@@ -78,21 +79,22 @@ def _check_rule(changes: dict) -> None:
         rule[key] = list(dict.fromkeys(checked))
 
 
-def _check_fee_free(conn: Connection, fee_charged_to: str, product_ids: list[str]) -> None:
+def _check_fee_free(fee_charged_to: str, products: dict) -> None:
     """API.md §2.2: a RECIPIENT campaign needs at least one fee-free product, checked on the
-    campaign as it is saved (a create, or a PUT with the current values of the keys it omits)."""
+    campaign as it is saved (a create, or a PUT with the current values of the keys it omits).
+    `products`: the campaign's catalog rows by ID."""
     if fee_charged_to != "RECIPIENT":
         return
-    if not any(product.fee_free for product in catalog.get_many(conn, product_ids).values()):
+    if not any(product.fee_free for product in products.values()):
         raise Unprocessable("A campaign with fee_charged_to RECIPIENT needs at least one fee-free product",
                             {"products": ["must include a fee-free product when fee_charged_to is RECIPIENT"]})
 
 
 def create(conn: Connection, organization_id: str, values: dict):
     _check_rule(values)
-    products = resolve_products(conn, values["products"])
+    products, known = resolve_products(conn, values["products"])
     fee_charged_to = values.get("fee_charged_to") or "SENDER"
-    _check_fee_free(conn, fee_charged_to, products)
+    _check_fee_free(fee_charged_to, known)
     now = utcnow()
     row = {
         "id": new_id(), "organization_id": organization_id, "name": values["name"],
@@ -121,10 +123,10 @@ def update(conn: Connection, organization_id: str, campaign_id: str, changes: di
     _check_rule(changes)
     values = {k: v for k, v in changes.items() if k in campaigns.c}
     if "products" in values:
-        values["products"] = resolve_products(conn, values["products"])
-    if "products" in values or "fee_charged_to" in values:
-        _check_fee_free(conn, values.get("fee_charged_to", current.fee_charged_to),
-                        values.get("products", current.products))
+        values["products"], known = resolve_products(conn, values["products"])
+        _check_fee_free(values.get("fee_charged_to", current.fee_charged_to), known)
+    elif "fee_charged_to" in values:
+        _check_fee_free(values["fee_charged_to"], catalog.get_many(conn, current.products))
     for style in ("webpage_style", "email_style"):
         # A style object updates the keys it names and keeps the others.
         if style in values and values[style] is not None:

@@ -290,9 +290,9 @@ def _replay(conn: Connection, org: str, external_id: str, fingerprint: str, publ
         # The original response handed each LINK reward's link over, and only its hash is kept:
         # the replay hands over a fresh one (the earlier stays valid, as with generate_link), so
         # a client that lost the first response to a timeout still gets working links.
-        live = set(conn.execute(_LIVE_LINK_REWARDS, {"order_id": existing.id}).scalars())
+        live = conn.execute(_LIVE_LINK_REWARDS, {"order_id": existing.id}).scalars().all()
         if live:
-            issued = tokens.issue_many(conn, sorted(live))
+            issued = tokens.issue_many(conn, live)
             for reward in order["rewards"]:
                 if reward["id"] in issued:
                     reward["delivery"]["link"] = tokens.link(public_url, issued[reward["id"]])
