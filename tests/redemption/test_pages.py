@@ -13,6 +13,7 @@ from largesse.redemption.models import payouts
 from largesse.redemption.ratelimit import RateLimits
 from largesse.redemption.security import style_hash
 from largesse.redemption.style import contrast_ratio, text_color_for
+from tests.factories import make_campaign, make_field
 from tests.redemption.conftest import CHARITY, GIFT_CARD, csrf_of, link_reward, page_client
 
 
@@ -66,6 +67,28 @@ def test_campaign_style_is_hashed_into_the_csp(org):
     assert "--page-bg:#ffcc00;--page-fg:#14171f" in css and "--brand-fg:#ffffff" in css
     assert style_hash(css) in page.headers["content-security-policy"]
     assert "Thank you &lt;team&gt;!" in page.text  # autoescaped
+
+
+def test_page_copy_is_the_emails(org):
+    """The page says what the email says: the order's message before the campaign's, and the
+    campaign's placeholders filled with the reward's custom field values (an unset one empty)."""
+    with org.http() as http:
+        dept = make_field(http, options=("Sales", "R&D"))
+        team = make_field(http, options=("Blue", "Red"))
+        dept_, team_ = "{{ " + dept["label"] + " }}", "{{ " + team["label"].upper() + " }}"
+        campaign = make_campaign(http, products=(GIFT_CARD,), webpage_style={
+            "headline": f"Hello {dept_}{team_}!", "message": f"Campaign copy for {dept_}"})
+    order_message = f"Dear {dept_} colleague,\n\nthank you & enjoy."
+    _, link = link_reward(org, products=None, campaign_id=campaign["id"],
+                          custom_fields=[{"id": dept["id"], "value": "R&D"}],
+                          delivery={"method": "LINK", "meta": {"message": order_message}})
+    with page_client() as client:
+        page = client.get(link)
+    assert page.status_code == 200
+    assert re.search(r'<h1 id="headline">Hello R&amp;D!</h1>', page.text)
+    assert '<p class="message">Dear R&amp;D colleague,</p>' in page.text
+    assert '<p class="message">thank you &amp; enjoy.</p>' in page.text
+    assert "Campaign copy" not in page.text and "{{" not in page.text
 
 
 def test_csrf_token_works_across_server_processes(org, make_server, engine):

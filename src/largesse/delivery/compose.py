@@ -111,29 +111,65 @@ class Rendered:
     html: str
 
 
+def placeholder_values(labels, pairs) -> dict[str, str]:
+    """RewardMail.field_values: every label of the organization's fields (lower-cased) -> the
+    reward's value, "" when it has none. pairs: the reward's (label, value) pairs."""
+    values = {label.lower(): "" for label in labels}
+    for label, value in pairs:
+        values[label.lower()] = value
+    return values
+
+
+def paragraphs(text: str | None) -> list[str]:
+    """A message's paragraphs: its blocks between blank lines."""
+    return [p.strip() for p in re.split(r"\n\s*\n", text or "") if p.strip()]
+
+
+def _pick(*candidates) -> str | None:
+    return next((c for c in candidates if isinstance(c, str) and c.strip()), None)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """What a reward says to its recipient, in the email and on the redemption page alike."""
+
+    sender_name: str
+    headline: str | None  # the campaign's page headline, filled; None: the surface's default
+    message: str  # the order's message, else the campaign's, filled; "" when neither has one
+
+
+def copy_of(*, delivery_meta: dict | None, email_style: dict | None, webpage_style: dict | None,
+            field_values: dict[str, str], default_sender: str) -> Copy:
+    """The copy of a reward, chosen most specific first (the order's delivery.meta, then the
+    campaign) and its placeholders filled: one rule for the email and the page."""
+    meta, style, page = delivery_meta or {}, email_style or {}, webpage_style or {}
+    sender_name = _one_line(_pick(meta.get("sender_name"), style.get("sender_name"), default_sender) or "")
+    headline = _pick(page.get("headline"))
+    message = _pick(meta.get("message"), page.get("message"))
+    return Copy(sender_name=sender_name,
+                headline=fill_placeholders(headline, field_values) if headline else None,
+                message=fill_placeholders(message, field_values).strip() if message else "")
+
+
 def render(mail: RewardMail, *, link: str, mail_from_name: str) -> Rendered:
     """The copy, chosen and filled, and the two bodies rendered from the templates."""
     meta = mail.delivery_meta or {}
     style = mail.email_style or {}
-    page = mail.webpage_style or {}
     values = mail.field_values
-
-    def pick(*candidates):
-        return next((c for c in candidates if isinstance(c, str) and c.strip()), None)
-
-    sender_name = _one_line(pick(meta.get("sender_name"), style.get("sender_name"), mail_from_name) or "")
+    copy = copy_of(delivery_meta=meta, email_style=style, webpage_style=mail.webpage_style, field_values=values,
+                   default_sender=mail_from_name)
+    sender_name = copy.sender_name
     value = format_value(mail.denomination_cents, mail.currency_code)
-    subject = pick(meta.get("subject_line"), style.get("subject_line")) or f"{sender_name} sent you a {value} reward"
+    subject = _pick(meta.get("subject_line"), style.get("subject_line")) or f"{sender_name} sent you a {value} reward"
     subject = _one_line(fill_placeholders(subject, values))
-    headline = fill_placeholders(pick(page.get("headline")) or "You've received a reward", values)
-    message = pick(meta.get("message"), page.get("message"))
-    message = fill_placeholders(message, values).strip() if message else ""
+    headline = copy.headline or "You've received a reward"
+    message = copy.message
     height = style.get("logo_image_height_px")
     context = {
         "subject": subject,
         "headline": headline,
         "message": message,
-        "message_paragraphs": [p.strip() for p in re.split(r"\n\s*\n", message) if p.strip()],
+        "message_paragraphs": paragraphs(message),
         "recipient_name": mail.recipient_name,
         "sender_name": sender_name,
         "value": value,

@@ -251,9 +251,7 @@ def complete_sent(ctx: Context) -> int:
 
 def _gather(batch: _Reads, reward) -> compose.RewardMail:
     campaign = batch.campaign(reward.organization_id, reward.campaign_id) if reward.campaign_id else None
-    values = {label.lower(): "" for label in batch.field_labels(reward.organization_id)}
-    for label, value in batch.values.get(reward.id, ()):
-        values[label.lower()] = value
+    values = compose.placeholder_values(batch.field_labels(reward.organization_id), batch.values.get(reward.id, ()))
     return compose.RewardMail(
         reward_id=reward.id, recipient_name=reward.recipient_name, recipient_email=reward.recipient_email,
         denomination_cents=reward.denomination_cents, currency_code=reward.currency_code,

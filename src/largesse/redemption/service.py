@@ -15,9 +15,11 @@ from largesse.campaigns.models import campaigns
 from largesse.catalog.models import products
 from largesse.catalog.service import band_for
 from largesse.config import Settings
+from largesse.delivery import compose
+from largesse.fields import service as fields_service
 from largesse.ops import metrics
 from largesse.orders import lifecycle
-from largesse.orders.models import rewards
+from largesse.orders.models import reward_field_values, rewards
 from largesse.orgs.models import organizations
 from largesse.redemption import tokens
 from largesse.redemption.models import payouts, redemption_tokens
@@ -64,6 +66,10 @@ class Page:
     recipient_name: str | None
     options: list[Option] = field(default_factory=list)
     payout: dict | None = None
+
+    @property
+    def message_paragraphs(self) -> list[str]:
+        return compose.paragraphs(self.message)
 
 
 def _image(product) -> str | None:
@@ -161,9 +167,14 @@ def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
             .where(campaigns.c.id == reward.campaign_id, campaigns.c.organization_id == reward.organization_id)
         ).first()
     status = lifecycle.status(reward, at=utcnow())
+    # The placeholders of the copy are filled as in the reward's email (delivery.compose).
+    values = compose.placeholder_values(
+        [f.label for f in fields_service.list_for(conn, reward.organization_id)],
+        conn.execute(select(reward_field_values.c.label, reward_field_values.c.value)
+                     .where(reward_field_values.c.reward_id == reward.id)).all())
     page = _styled_page(reward, org_name=org_name, status=status, token_hash=tokens.hash_token(token),
                         page_style=(campaign.webpage_style if campaign else None) or {},
-                        email_style=(campaign.email_style if campaign else None) or {})
+                        email_style=(campaign.email_style if campaign else None) or {}, field_values=values)
     if status == "REDEEMED":
         page.payout = _payout(conn, reward.id)
     elif status == "ACTIVE":
@@ -176,16 +187,19 @@ def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
     return page
 
 
-def _styled_page(reward, *, org_name: str, status: str, token_hash: str, page_style: dict, email_style: dict) -> Page:
-    meta = reward.delivery_meta or {}
-    sender = meta.get("sender_name") or email_style.get("sender_name") or org_name
+def _styled_page(reward, *, org_name: str, status: str, token_hash: str, page_style: dict, email_style: dict,
+                 field_values: dict[str, str]) -> Page:
+    """The page's copy is the email's (compose.copy_of): the order's message before the
+    campaign's, placeholders filled; only the defaults differ (the organization's name)."""
+    copy = compose.copy_of(delivery_meta=reward.delivery_meta, email_style=email_style, webpage_style=page_style,
+                           field_values=field_values, default_sender=org_name)
     return Page(
         reward_id=reward.id,
         token_hash=token_hash,
         status=status,
-        sender=sender,
-        headline=page_style.get("headline") or f"{sender} sent you a reward",
-        message=page_style.get("message") or meta.get("message"),
+        sender=copy.sender_name,
+        headline=copy.headline or f"{copy.sender_name} sent you a reward",
+        message=copy.message or None,
         logo_url=safe_url(page_style.get("logo_image_url") or email_style.get("logo_image_url")),
         theme=theme_css(page_style, email_style),
         amount=format_money(reward.denomination_cents, reward.currency_code),
@@ -209,7 +223,7 @@ def preview_page(conn: Connection, *, org_name: str, page_style: dict, email_sty
                  settings: Settings) -> Page:
     """The page a recipient of `reward` would see, with these styles, before anything is sent."""
     page = _styled_page(reward, org_name=org_name, status="ACTIVE", token_hash="preview", page_style=page_style,
-                        email_style=email_style)
+                        email_style=email_style, field_values={})  # placeholders shown as written
     page.options = _options(conn, reward, settings)
     return page
 
