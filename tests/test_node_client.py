@@ -15,6 +15,8 @@ from largesse import auth, db
 from largesse.orders import approvals
 from tests.conftest import GIFT_CARD_USD, failing
 from tests.factories import ok, order_body
+from tests.fraud.conftest import link_reward, redeem
+from tests.redemption.conftest import fake_ip
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "node" / "client_check.js"
@@ -39,7 +41,14 @@ def test_every_response_fits_the_node_clients_types(org, engine, http, deliver):
         _, read_only = auth.issue_key(conn, organization_id=org.id, permission="read_only")
     failed = ok(http.post("/orders", json=order_body(failing(org.member_email))))["order"]
     deliver()  # its delivery fails, so that the script can cancel it
-    report = _run(org, read_only_key=read_only, failed_order=failed["id"], failed_reward=failed["rewards"][0]["id"])
+    null_rule = ok(http.post("/campaigns", json={
+        "name": "Null rule", "products": [GIFT_CARD_USD],
+        "auto_add_product_rule": {"enabled": False, "countries": None, "currencies": None}}))["campaign"]
+    ok(http.post("/fraud_rules/review_ip", json={"config": {"ips": ["10.0.0.0/8"]}}))
+    flagged, link = link_reward(org)
+    assert "under review" in redeem(link, ip=fake_ip())  # 10.x: a private address, no country
+    report = _run(org, read_only_key=read_only, failed_order=failed["id"], failed_reward=failed["rewards"][0]["id"],
+                  null_rule_campaign=null_rule["id"], flagged_reward=flagged)
     assert len(report["calls"]) >= 25, report["calls"]
     assert report["problems"] == [], "\n".join(report["problems"])
 

@@ -76,6 +76,17 @@ async function main() {
     campaigns.createCampaign({ name: `Node campaign ${Date.now()}`, description: null, products: [args.product] }));
   await call("getCampaign", "CreateCampaign200Response", campaigns.getCampaign(created.campaign.id));
   await call("listCampaigns", "ListCampaigns200Response", campaigns.listCampaigns());
+  if (args.null_rule_campaign) {
+    // Created over raw HTTP with null countries and currencies: the keys come back left out.
+    await call("getCampaign(rule sent with nulls)", "CreateCampaign200Response",
+      campaigns.getCampaign(args.null_rule_campaign));
+  }
+  if (args.flagged_reward) {
+    // Redeemed from a private address, which has no country: geo.country is left out.
+    const fraud = api(tremendous.FraudReviewsApi);
+    await call("listFraudReviews", "ListFraudReviews200Response", fraud.listFraudReviews());
+    await call("getFraudReview", "GetFraudReview200Response", fraud.getFraudReview(args.flagged_reward));
+  }
   await call("createOrder(campaign)", "CreateOrder200Response",
     orders.createOrder(rewardBody({ products: undefined, campaign_id: created.campaign.id })));
 

@@ -34,7 +34,8 @@ def _item(row, reward_wire: dict) -> dict:
     wire = {
         "status": row.status, "reasons": list(row.reasons), "redemption_method":
             REDEMPTION_METHODS.get(row.product_category or ""),
-        "redeemed_at": iso(row.redeemed_at), "geo": {"ip": row.ip, "country": row.country},
+        "redeemed_at": iso(row.redeemed_at),
+        "geo": {k: v for k, v in (("ip", row.ip), ("country", row.country)) if v is not None},
         "reward": reward_wire,
     }
     if row.device_id:
