@@ -206,6 +206,7 @@ def start_session(conn: Connection, *, member_id: str) -> str:
     org = conn.execute(select(members.c.organization_id).where(members.c.id == member_id)).scalar_one()
     conn.execute(sessions.insert().values(id_hash=hash_secret(value), member_id=member_id, organization_id=org,
                                           created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE))
+    conn.execute(members.update().where(members.c.id == member_id).values(last_login_at=now))  # Member.last_login_at
     return value
 
 

@@ -42,6 +42,8 @@ members = Table(
     Column("status", String(20), nullable=False, default="REGISTERED"),
     Column("active", Boolean, nullable=False, default=True),
     Column("created_at", DateTime, nullable=False),
+    # The member's last sign-in to the dashboard (dashboard.signin.start_session).
+    Column("last_login_at", DateTime, nullable=True),
     Index("uq_members_org_email", "organization_id", "email_key", unique=True),
 )
 

@@ -253,10 +253,15 @@ def visible_org_or_404(conn: Connection, caller_org: str, organization_id: str):
 def member_to_wire(row, *, events: bool = False) -> dict:
     out = {"id": row.id, "email": row.email, "name": row.name, "active": bool(row.active), "role": row.role,
            "status": row.status}
+    last_login = getattr(row, "last_login_at", None)
     if events:
         out["events"] = [{"type": "created", "date_utc": iso(row.created_at)}]
+        if last_login is not None:
+            out["events"].append({"type": "last_login", "date_utc": iso(last_login)})
     else:
         out["created_at"] = iso(row.created_at)
+        if last_login is not None:
+            out["last_login_at"] = iso(last_login)
     return out
 
 
