@@ -16,6 +16,7 @@ from largesse.delivery.models import jobs
 from largesse.funding.models import ledger_entries
 from largesse.orders.models import rewards
 from largesse.redemption import tokens
+from largesse.redemption.models import redemption_tokens
 from largesse.timeutil import utcnow
 from tests.conftest import failing
 from tests.delivery.conftest import job_rows, reward_row
@@ -139,6 +140,30 @@ def test_generate_link_for_link_rewards_only(org, http, api, engine):
     with pytest.raises(ForbiddenException):
         api.generate_reward_link(email_reward)
     error(http.post(f"/rewards/{email_reward}/generate_link"), 403)
+
+
+def test_generate_link_refused_for_canceled_and_expired_rewards(org, http, api, engine):
+    """Their links show only "canceled" or "expired" (410): no new one is issued (403, which the
+    client decodes); a redeemed reward's link still shows its payout."""
+    from tremendous.exceptions import ForbiddenException
+
+    canceled = place(http, org.member_email, method="LINK")["rewards"][0]["id"]
+    _set_reward(engine, canceled, status="CANCELED")
+    with pytest.raises(ForbiddenException):
+        api.generate_reward_link(canceled)
+    late = place(http, org.member_email, method="LINK")["rewards"][0]["id"]
+    _set_reward(engine, late, expires_at=utcnow() - timedelta(seconds=1))
+    assert "expired" in error(http.post(f"/rewards/{late}/generate_link"), 403)["message"]
+    with db.read(engine) as conn:
+        issued = conn.execute(select(func.count()).select_from(redemption_tokens)
+                              .where(redemption_tokens.c.reward_id.in_([canceled, late]))).scalar_one()
+    assert issued == 2  # the two of the orders' responses, no more
+    redeemed = place(http, org.member_email, method="LINK")["rewards"][0]["id"]
+    _set_reward(engine, redeemed, status="REDEEMED", redeemed_at=utcnow())
+    assert "/redeem/" in api.generate_reward_link(redeemed).reward.link
+    # No payout or refund behind these: leave a database `ledger verify` finds consistent.
+    _set_reward(engine, redeemed, status="ACTIVE", redeemed_at=None)
+    _set_reward(engine, canceled, status="ACTIVE")
 
 
 def test_expiry_sweep_expires_and_refunds_once(org, http, cli, fast, drain, engine):

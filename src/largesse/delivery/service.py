@@ -178,6 +178,11 @@ def generate_link(engine: Engine, settings: Settings, *, org: str, reward_id: st
             # 403: what generate_reward_link decodes; no link may work before the approval.
             raise Forbidden(f"Reward {reward_id} belongs to an order pending approval; links are "
                             "available once the order is approved", {"id": ["its order is pending approval"]})
+        status = lifecycle.status(reward, at=utcnow())
+        if status in ("CANCELED", "EXPIRED"):
+            # 403 again: its link could only say so (410); a redeemed reward's link still shows the payout.
+            raise Forbidden(f"Reward {reward_id} is {status.lower()}; its links no longer work",
+                            {"id": [f"is {status.lower()}"]})
         token = tokens.issue(conn, reward_id)
     return tokens.link(settings.public_url, token)
 
