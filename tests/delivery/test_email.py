@@ -66,6 +66,16 @@ def test_maildir_when_no_smtp_url(org, http, fast, drain, engine, tmp_path):
     assert reward_row(engine, reward_id).delivery_status == "SUCCEEDED"
 
 
+def test_default_sender_is_the_organization_as_on_the_page(org, http, sink, fast, drain):
+    """Neither the order nor a campaign names a sender: the email, like the redemption page and
+    the dashboard's preview, names the organization (Acme), not the server's mail_from_name."""
+    _order(http, org.member_email)
+    drain(fast(smtp_url=sink.url))
+    [message] = sink.handler.to(org.member_email)
+    assert message["From"].addresses[0].display_name == "Acme"
+    assert message["Subject"] == "Acme sent you a $25.00 reward"
+
+
 def test_smtp_down_then_back_retries_then_succeeds(org, http, fast, engine):
     down = Sink()  # a free port with nobody listening yet
     settings = fast(smtp_url=down.url, smtp_timeout_seconds=2.0)

@@ -70,6 +70,9 @@ class RewardMail:
     email_style: dict | None
     webpage_style: dict | None
     field_values: dict[str, str]  # lower-cased label -> value (every org field; "" when unset)
+    # The sender when neither the order nor the campaign names one, as on the redemption page;
+    # empty: the server's LARGESSE_MAIL_FROM_NAME.
+    organization_name: str = ""
 
 
 def fill_placeholders(text: str, values: dict[str, str]) -> str:
@@ -157,7 +160,7 @@ def render(mail: RewardMail, *, link: str, mail_from_name: str) -> Rendered:
     style = mail.email_style or {}
     values = mail.field_values
     copy = copy_of(delivery_meta=meta, email_style=style, webpage_style=mail.webpage_style, field_values=values,
-                   default_sender=mail_from_name)
+                   default_sender=_pick(mail.organization_name, mail_from_name) or "")
     sender_name = copy.sender_name
     value = format_value(mail.denomination_cents, mail.currency_code)
     subject = _pick(meta.get("subject_line"), style.get("subject_line")) or f"{sender_name} sent you a {value} reward"

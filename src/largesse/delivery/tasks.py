@@ -38,6 +38,7 @@ from largesse.fields import service as fields_service
 from largesse.ops import metrics
 from largesse.orders import lifecycle
 from largesse.orders.models import reward_field_values, rewards
+from largesse.orgs.models import organizations
 from largesse.redemption import tokens
 from largesse.reports.generate import generate_report
 from largesse.timeutil import utcnow
@@ -170,6 +171,7 @@ class _Reads:
         self.rewards, self.values = {}, {}
         self.fields: dict[str, list[str]] = {}
         self.campaigns: dict[tuple[str, str], object] = {}
+        self.org_names: dict[str, str] = {}
         if not reward_ids:
             return
         self.rewards = {r.id: r for r in conn.execute(select(rewards).where(rewards.c.id.in_(reward_ids)))}
@@ -182,6 +184,12 @@ class _Reads:
         if organization_id not in self.fields:
             self.fields[organization_id] = [f.label for f in fields_service.list_for(self.conn, organization_id)]
         return self.fields[organization_id]
+
+    def organization_name(self, organization_id: str) -> str:
+        if organization_id not in self.org_names:
+            self.org_names[organization_id] = self.conn.execute(
+                select(organizations.c.name).where(organizations.c.id == organization_id)).scalar() or ""
+        return self.org_names[organization_id]
 
     def campaign(self, organization_id: str, campaign_id: str):
         key = (organization_id, campaign_id)
@@ -258,6 +266,7 @@ def _gather(batch: _Reads, reward) -> compose.RewardMail:
         expires_at=reward.expires_at, language=reward.language, delivery_meta=reward.delivery_meta,
         email_style=campaign.email_style if campaign else None,
         webpage_style=campaign.webpage_style if campaign else None, field_values=values,
+        organization_name=batch.organization_name(reward.organization_id),
     )
 
 

@@ -194,9 +194,10 @@ def preview_email(ctx):
     mail = compose.RewardMail(
         reward_id="PREVIEW0000", recipient_name="Alex Recipient", recipient_email="alex@example.com",
         denomination_cents=SAMPLE_CENTS, currency_code=ctx.viewer.currency_code, expires_at=None, language="en",
-        delivery_meta=None, email_style=email_style, webpage_style=page_style, field_values={})
+        delivery_meta=None, email_style=email_style, webpage_style=page_style, field_values={},
+        organization_name=ctx.viewer.org_name)
     message = compose.build(mail, link="#preview", mail_from=ctx.settings.mail_from,
-                            mail_from_name=ctx.viewer.org_name, now=utcnow()).as_message()
+                            mail_from_name=ctx.settings.mail_from_name, now=utcnow()).as_message()
     html = message.get_body(preferencelist=("html",)).get_content()
     # An email's HTML carries inline styles, as mail clients need: allowed in this sandboxed frame only.
     return _framed(html, "default-src 'none'; style-src 'unsafe-inline'; img-src https: http: data:; "
