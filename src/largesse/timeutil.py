@@ -46,5 +46,8 @@ def parse_timestamp(value: str) -> datetime:
         text = text[:-1] + "+00:00"
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        try:
+            parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError:  # 9999-12-31T12:00-12:00 is past year 9999 in UTC
+            raise ValueError(f"{value!r} is outside the years 1 to 9999 in UTC") from None
     return parsed

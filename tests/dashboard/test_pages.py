@@ -226,6 +226,10 @@ def test_reward_filters(admin, http, org):
     assert north["id"] not in page and "No rewards match" in page
     page = admin.get("/dashboard/rewards", params={"from": "2000-01-01", "to": "2000-01-02"}).text
     assert "No rewards match" in page
+    for path in ("/dashboard/rewards", "/dashboard/orders", "/dashboard/funding"):  # the last day there is
+        response = admin.get(path, params={"to": "9999-12-31"})
+        assert response.status_code == 200, (path, response.status_code)
+    assert north["id"] in admin.get("/dashboard/rewards", params={"to": "9999-12-31"}).text
 
 
 def test_pagination_is_in_the_database(admin, http, org):

@@ -262,6 +262,7 @@ def test_reviews_are_scoped_and_validated(org, other_org, api, http):
             call(reward_id)
     assert http.get("/fraud_reviews", params={"status": "pending"}).status_code == 400
     assert http.get("/fraud_reviews", params={"redeemed_at[gte]": "yesterday"}).status_code == 400
+    assert http.get("/fraud_reviews", params={"redeemed_at[gte]": "0001-01-01T00:00:00+01:00"}).status_code == 400
     assert api.list_fraud_reviews(redeemed_at_gte="2000-01-01T00:00:00Z").total_count == 1
     assert api.list_fraud_reviews(created_at_lte="2000-01-01T00:00:00Z").total_count == 0
 

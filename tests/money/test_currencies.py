@@ -179,7 +179,7 @@ def test_forex_import_replaces_the_set(org, api, http, cli, tmp_path, default_ra
 
 
 @pytest.mark.parametrize("query", ["created_at%5Bgte%5D=yesterday", "created_at%5Blte%5D=2024-13-01",
-                                   "offset=x", "limit=-1"])
+                                   "created_at%5Bgte%5D=0001-01-01T00:00:00%2B23:59", "offset=x", "limit=-1"])
 def test_invalid_transaction_filters_are_422(api, http, query):
     from tremendous.exceptions import UnprocessableEntityException
 

@@ -49,7 +49,9 @@ def _pager(ctx, next_cursor: str | None) -> dict:
 def _date_range(ctx) -> tuple[datetime | None, datetime | None, str, str]:
     start, end = ctx.arg("from", max_length=10), ctx.arg("to", max_length=10)
     gte, to = _day(start), _day(end)
-    return gte, (to + timedelta(days=1) if to else None), start if gte else "", end if to else ""
+    # The whole of the `to` day: before the next day (9999-12-31 has none: its last moment).
+    lt = (to + timedelta(days=1) if to < datetime.max - timedelta(days=1) else datetime.max) if to else None
+    return gte, lt, start if gte else "", end if to else ""
 
 
 @route(router, "GET", "/orders")
