@@ -18,10 +18,15 @@ def test_unknown_route_is_404_with_error_body(http, org):
     error(httpx.get(f"{org.base_url}/nowhere"), 404)
 
 
-@pytest.mark.parametrize(("method", "path"), [("DELETE", "/orders"), ("PATCH", "/campaigns"), ("PUT", "/orders"),
-                                              ("POST", "/funding_sources"), ("DELETE", "/products/X")])
-def test_wrong_method_is_405_with_error_body(http, method, path):
-    error(http.request(method, path), 405)
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("DELETE", "/orders", "GET, POST"), ("PATCH", "/campaigns", "GET, POST"), ("OPTIONS", "/orders", "GET, POST"),
+    ("POST", "/funding_sources", "GET"), ("DELETE", "/products/X", "GET"), ("POST", "/campaigns/X", "GET, PUT"),
+    ("GET", "/webhooks/X/simulate", "POST"),
+])
+def test_wrong_method_is_405_with_error_body(http, method, path, allow):
+    response = http.request(method, path)
+    error(response, 405)
+    assert response.headers["allow"] == allow  # every method of the path (RFC 9110), not one route's
 
 
 @pytest.mark.parametrize("content", [b'{"payment": ', b"{'a': 1}", b"\xff\xfe", b"[" * 50000 + b"]" * 50000])

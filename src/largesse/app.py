@@ -42,8 +42,11 @@ ERROR_RESPONSES = {
         (400, "Invalid request: {errors: {message, payload}}, payload mirrors the offending keys"),
         (401, "Missing, invalid or revoked API key"),
         (402, "Insufficient funds"),
+        (403, "Not allowed: a read-only API key's write, or an action this resource does not take "
+              "(e.g. generate_link of an EMAIL reward)"),
         (404, "Not found (including other organizations' resources)"),
         (409, "external_id reused with other parameters"),
+        (413, "Request body larger than 1,000,000 bytes"),
         (422, "Unprocessable request"),
         (429, "Rate limit exceeded (per API key or organization): see Retry-After and RateLimit-* headers"),
     )
@@ -57,6 +60,19 @@ def _validation_status(request: Request) -> int:
                 and path.endswith(suffix):
             return 422
     return 400
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def _methods_of(request: Request) -> list[str]:
+    """Every method some route takes on this path (for a 405's Allow header), asked of the
+    router itself: its routes are nested (included routers), and one route holds one method."""
+    from starlette.routing import Match
+
+    routes = request.app.router.routes
+    return [method for method in _METHODS
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
 
 
 def _error(status: int, message: str, payload: dict | None = None, headers: dict | None = None):
@@ -173,9 +189,12 @@ def install_error_handlers(app: FastAPI) -> None:
                 message = "Malformed JSON body"
         elif status == 404:
             message = f"No route for {request.method} {paths.printable(request.url.path)}"
-        elif status == 405:
+        headers = getattr(exc, "headers", None)
+        if status == 405:
             message = f"Method {request.method} is not allowed on {paths.printable(request.url.path)}"
-        return _error(status, message, {}, getattr(exc, "headers", None))
+            # Starlette's Allow names the methods of the first route of the path only.
+            headers = {**(headers or {}), "Allow": ", ".join(_methods_of(request))}
+        return _error(status, message, {}, headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
