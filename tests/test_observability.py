@@ -161,13 +161,17 @@ def test_text_log_lines(server, org, http):
     access.setLevel(logging.INFO)
     try:
         response = http.get("/orders", headers={"X-Request-ID": "text-1"})
+        # A control character in the URL (no API key even) must not start a forged line.
+        forged = httpx.get(f"{server.url}/api/v2/orders/x%0AFORGED%0D%1B%5B2J", headers={"X-Request-ID": "text-2"})
     finally:
         access.removeHandler(handler)
         access.setLevel(previous)
     assert response.status_code == 200 and response.headers["X-Request-ID"] == "text-1"
-    line = stream.getvalue().strip()
+    assert forged.status_code == 401
+    line, forged_line = stream.getvalue().strip().split("\n")
     assert re.fullmatch(r"\S+Z INFO largesse.access: request request_id=text-1 method=GET path=/api/v2/orders "
                         r"route=/api/v2/orders status=200 duration_ms=[0-9.]+", line), line
+    assert " request_id=text-2 method=GET path=/api/v2/orders/x?FORGED??[2J " in forged_line, forged_line
 
 
 def test_redact():

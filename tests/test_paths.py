@@ -60,6 +60,7 @@ def test_bad_path_parameters_are_4xx_without_echo(server, org, value):
             assert "\\u00" not in response.text and "\\u2" not in response.text, response.text
             if value in CONTROL + UNDECODABLE + LONG:
                 assert response.status_code == 400, (method, template, response.text)
+                assert " id id" not in errors["message"], (template, errors["message"])  # {id}: "Invalid id"
 
 
 @pytest.mark.parametrize("method", ["cancel", "resend", "generate_link"])

@@ -64,11 +64,12 @@ def _noun(name: str) -> str:
 
 def param_problem(name: str, value: str) -> tuple[int, str, dict] | None:
     """(status, message, payload) for a bad value of the path parameter `name`, or None."""
+    what = "id" if name == "id" else f"{_noun(name).lower()} id"  # {id}: not "id id"
     if unprintable(value):
-        return 400, (f"Invalid {_noun(name).lower()} id: it contains control characters or bytes that are not "
+        return 400, (f"Invalid {what}: it contains control characters or bytes that are not "
                      "UTF-8"), {"id": ["contains invalid characters"]}
     if len(value) > MAX_LENGTH:
-        return 400, f"Invalid {_noun(name).lower()} id: longer than {MAX_LENGTH} characters", {
+        return 400, f"Invalid {what}: longer than {MAX_LENGTH} characters", {
             "id": [f"must be at most {MAX_LENGTH} characters"]}
     if name in FREE_TEXT_PARAMS or not name.endswith("_id"):
         return None

@@ -18,7 +18,7 @@ import os
 import re
 import time
 
-from largesse import db
+from largesse import db, paths
 from largesse.errors import RETRY_AFTER_SECONDS
 from largesse.ops import logs, metrics
 
@@ -32,12 +32,16 @@ _SANE_ID = re.compile(rb"[A-Za-z0-9._:=+/-]{1,128}")
 UNMATCHED = "<unmatched>"
 
 
+LOGGED_PATH_LENGTH = 1000
+
+
 def loggable_path(path: str) -> str:
-    """The path without secrets: redemption, sign-in and report tokens are bearer secrets, never logged."""
+    """The path without secrets: redemption, sign-in and report tokens are bearer secrets, never
+    logged; and without control characters (a %0A in a URL must not start a forged log line)."""
     for prefix in logs.TOKEN_PATHS:
         if path.startswith(prefix):
             return prefix + "<token>"
-    return path
+    return paths.printable(path, LOGGED_PATH_LENGTH)
 
 
 class ObservabilityMiddleware:
