@@ -47,3 +47,31 @@ def test_every_operation_of_the_official_client_is_routed(server):
     routed = {(method.upper(), shape(path.removeprefix("/api/v2"))) for path, item in paths.items() for method in item}
     missing = sorted((method, path) for method, path in operations if (method, shape(path)) not in routed)
     assert missing == []
+
+
+def test_query_parameters_of_the_official_client_are_declared(server):
+    """Every query parameter that tremendous-python 6.0 sends (read from each operation's
+    serializer) is declared on that operation in /openapi.json, so generated clients and /docs
+    know it; a required one (connected_organization_id) is declared required."""
+    import inspect
+    import re
+
+    import tremendous.api.tremendous_api as client_api
+
+    source = inspect.getsource(client_api)
+    sent: dict[tuple[str, str], set[str]] = {}
+    for body in re.split(r"\n    def _\w+_serialize\(", source)[1:]:
+        method, path = re.search(r"method='([A-Z]+)',\s*resource_path='([^']+)'", body).groups()
+        sent[(method, re.sub(r"\{[^}]+\}", "{}", path))] = set(re.findall(r"_query_params.append\(\('([^']+)'", body))
+    assert sent[("GET", "/orders")] >= {"offset", "limit", "campaign_id", "created_at[gte]"}
+
+    declared: dict[tuple[str, str], dict[str, dict]] = {}
+    for path, item in httpx.get(f"{server.url}/openapi.json").json()["paths"].items():
+        for method, operation in item.items():
+            key = (method.upper(), re.sub(r"\{[^}]+\}", "{}", path.removeprefix("/api/v2")))
+            declared[key] = {p["name"]: p for p in operation.get("parameters", []) if p["in"] == "query"}
+    missing = sorted((key, name) for key, names in sent.items() for name in names if name not in declared[key])
+    assert missing == []
+    members = declared[("GET", "/connected_organization_members")]
+    assert members["connected_organization_id"]["required"] is True
+    assert declared[("GET", "/orders")]["limit"]["schema"] == {"type": "integer", "default": 10, "minimum": 1}

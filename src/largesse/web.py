@@ -262,6 +262,40 @@ def parse_json_body(model: type[M], raw: bytes) -> M:
         raise RequestValidationError(exc.errors(include_url=False, include_context=False)) from None
 
 
+def q_int(name: str, default: int, *, low: int, high: int | None = None) -> dict:
+    """The OpenAPI declaration of a query parameter read by int_param (same bounds)."""
+    schema: dict = {"type": "integer", "default": default, "minimum": low}
+    text = f"default {default}"
+    if high is not None:
+        text += f"; above {high} reads as {high}"
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": text}
+
+
+def q_str(name: str, description: str, *, required: bool = False) -> dict:
+    return {"name": name, "in": "query", "required": required, "schema": {"type": "string"},
+            "description": description}
+
+
+def q_time(name: str) -> dict:
+    """A timestamp_param's declaration."""
+    bound = "at or before (a bare date: the whole day)" if name.endswith("[lte]") else "at or after"
+    return {"name": name, "in": "query", "required": False, "schema": {"type": "string"},
+            "description": f"ISO 8601 date or date-time (any offset): {bound}"}
+
+
+def paging_doc(limit_default: int, limit_high: int) -> list[dict]:
+    return [q_int("offset", 0, low=0), q_int("limit", limit_default, low=1, high=limit_high)]
+
+
+def query_doc(*params: dict | list[dict]) -> dict:
+    """openapi_extra declaring the query parameters that an endpoint reads itself (int_param,
+    timestamp_param, request.query_params): generated clients and the /docs page see them."""
+    flat: list[dict] = []
+    for param in params:
+        flat.extend(param if isinstance(param, list) else [param])
+    return {"parameters": flat}
+
+
 def json_body_doc(model: type[BaseModel]) -> dict:
     """openapi_extra documenting a body that the endpoint parses itself (see app.py's openapi)."""
     SELF_PARSED_BODIES.append(model)

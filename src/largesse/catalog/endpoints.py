@@ -8,7 +8,7 @@ from largesse.auth import CallerDep
 from largesse.catalog import service
 from largesse.errors import NotFound
 from largesse.schemas import Out
-from largesse.web import EngineDep, SettingsDep, clean_text, json_response, read_db
+from largesse.web import EngineDep, SettingsDep, clean_text, json_response, q_str, query_doc, read_db
 
 router = APIRouter(tags=["products"])
 
@@ -41,7 +41,9 @@ def _comma_list(request: Request, name: str) -> set[str] | None:
     return {part.strip().upper() for part in raw.split(",") if part.strip()}
 
 
-@router.get("/products", response_model=ProductList)
+@router.get("/products", response_model=ProductList, openapi_extra=query_doc(
+    q_str("id", "comma list of product IDs, or ALL_FEE_FREE"), q_str("country", "comma list of ISO 3166-1 alpha-2"),
+    q_str("currency", "comma list of currency codes"), q_str("subcategory", "comma list")))
 async def list_products(request: Request, caller: CallerDep, engine: EngineDep, settings: SettingsDep):
     """Products, filtered by `id` (comma list, or ALL_FEE_FREE), `country`, `currency` and
     `subcategory` (comma lists; a product matches when it has any of the listed values)."""

@@ -8,7 +8,18 @@ from largesse.auth import CallerDep
 from largesse.connected import service
 from largesse.errors import BadRequest
 from largesse.schemas import Out, Text, Wire
-from largesse.web import EngineDep, SettingsDep, clean_text, int_param, json_response, read_db, write_db
+from largesse.web import (
+    EngineDep,
+    SettingsDep,
+    clean_text,
+    int_param,
+    json_response,
+    paging_doc,
+    q_str,
+    query_doc,
+    read_db,
+    write_db,
+)
 
 router = APIRouter(tags=["connected organizations"])
 
@@ -67,8 +78,11 @@ class SessionEnvelope(Out):
     connected_organization_member_session: dict
 
 
+PAGING = (10, 100)  # limit: default, max
+
+
 def _page(request: Request) -> tuple[int, int]:
-    return int_param(request, "offset", 0, low=0), int_param(request, "limit", 10, low=1, high=100)
+    return int_param(request, "offset", 0, low=0), int_param(request, "limit", PAGING[0], low=1, high=PAGING[1])
 
 
 @router.post("/connected_organizations", response_model=ConnectedOrganizationEnvelope)
@@ -87,7 +101,8 @@ async def create_connected_organization(body: CreateConnectedOrganizationIn, cal
     return json_response({"connected_organization": await write_db(engine, create)})
 
 
-@router.get("/connected_organizations", response_model=ConnectedOrganizationList)
+@router.get("/connected_organizations", response_model=ConnectedOrganizationList,
+            openapi_extra=query_doc(paging_doc(*PAGING)))
 async def list_connected_organizations(request: Request, caller: CallerDep, engine: EngineDep):
     """Newest first; `offset`, `limit` (default 10, max 100), `total_count`."""
     offset, limit = _page(request)
@@ -133,7 +148,9 @@ async def create_connected_organization_member(body: CreateConnectedMemberIn, ca
     return json_response({"connected_organization_member": await write_db(engine, create)})
 
 
-@router.get("/connected_organization_members", response_model=ConnectedMemberList)
+@router.get("/connected_organization_members", response_model=ConnectedMemberList, openapi_extra=query_doc(
+    q_str("connected_organization_id", "the connected organization whose members are listed", required=True),
+    paging_doc(*PAGING)))
 async def list_connected_organization_members(request: Request, caller: CallerDep, engine: EngineDep):
     """Members of one connected organization (`connected_organization_id`, required), newest first."""
     connected_id = request.query_params.get("connected_organization_id")

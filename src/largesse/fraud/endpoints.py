@@ -18,6 +18,10 @@ from largesse.web import (
     clean_text,
     int_param,
     json_response,
+    paging_doc,
+    q_str,
+    q_time,
+    query_doc,
     read_db,
     run_db,
     timestamp_param,
@@ -85,12 +89,17 @@ async def delete_fraud_rule(rule_type: str, caller: CallerDep, engine: EngineDep
     return json_response({"message": message})
 
 
-@router.get("/fraud_reviews", response_model=FraudReviewList)
+LIMIT = (10, 100)  # a page of reviews: default, max (API.md §1)
+
+
+@router.get("/fraud_reviews", response_model=FraudReviewList, openapi_extra=query_doc(
+    paging_doc(*LIMIT), q_str("status", "flagged, blocked or released"),
+    [q_time(f"{field}[{bound}]") for field in ("created_at", "redeemed_at") for bound in ("gte", "lte")]))
 async def list_fraud_reviews(request: Request, caller: CallerDep, engine: EngineDep):
     """Held redemptions, newest first. Query: offset, limit (1..100, default 10), status
     (flagged, blocked, released), created_at[gte|lte] (the reward's), redeemed_at[gte|lte]."""
     offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", 10, low=1, high=100)
+    limit = int_param(request, "limit", LIMIT[0], low=1, high=LIMIT[1])
     status = request.query_params.get("status")
     if status is not None and status.lower() not in service.REVIEW_STATUSES:
         raise BadRequest("status must be flagged, blocked or released", {"status": ["is not a review status"]})

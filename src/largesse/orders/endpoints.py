@@ -23,7 +23,11 @@ from largesse.web import (
     int_param,
     json_body_doc,
     json_response,
+    paging_doc,
     parse_json_body,
+    q_str,
+    q_time,
+    query_doc,
     run_db,
     timestamp_param,
 )
@@ -60,12 +64,17 @@ async def place(state, authorization: str | None, raw_body: bytes):
     return json_response({"order": placed.order}, status_code=201 if placed.replay else 200)
 
 
-@router.get("/orders", response_model=OrderList)
+ORDERS_LIMIT, REWARDS_LIMIT, MAX_LIMIT = 10, 100, 500
+
+
+@router.get("/orders", response_model=OrderList, openapi_extra=query_doc(
+    paging_doc(ORDERS_LIMIT, MAX_LIMIT), q_str("campaign_id", "orders of this campaign"),
+    q_str("external_id", "the order with this external_id"), q_time("created_at[gte]"), q_time("created_at[lte]")))
 async def list_orders(request: Request, caller: CallerDep, engine: EngineDep):
     """Orders, newest first. Query: offset, limit (default 10, max 500), campaign_id, external_id,
     created_at[gte], created_at[lte]."""
     offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", 10, low=1, high=500)
+    limit = int_param(request, "limit", ORDERS_LIMIT, low=1, high=MAX_LIMIT)
     campaign_id = request.query_params.get("campaign_id")
     external_id = request.query_params.get("external_id")
     for name, value in (("campaign_id", campaign_id), ("external_id", external_id)):
@@ -101,7 +110,11 @@ async def get_order(order_id: str, caller: CallerDep, engine: EngineDep):
     return json_response({"order": await run_db(engine, db.retrying, load)})
 
 
-@router.get("/rewards", response_model=RewardList)
+@router.get("/rewards", response_model=RewardList, openapi_extra=query_doc(paging_doc(REWARDS_LIMIT, MAX_LIMIT), {
+    "name": "filters", "in": "query", "required": False, "style": "form", "explode": True,
+    "schema": {"type": "object", "additionalProperties": {"type": "string"}},
+    "description": "Custom-field filters: each other parameter is a field's label (`?Department=Sales`); "
+                   "a reward matches when it has every given value"}))
 async def list_rewards(request: Request):
     """Rewards, newest first. Every query parameter other than offset and limit is a custom
     field label whose value must match exactly; all given labels must match."""
@@ -110,7 +123,7 @@ async def list_rewards(request: Request):
     engine, settings = request.app.state.engine, request.app.state.settings
     try:
         offset = int_param(request, "offset", 0, low=0)
-        limit = int_param(request, "limit", 100, low=1, high=500)
+        limit = int_param(request, "limit", REWARDS_LIMIT, low=1, high=MAX_LIMIT)
         filters = [
             (fields_service.label_of(clean_text(k, "label", max_length=100)), clean_text(v, k[:100], max_length=1000))
             for k, v in request.query_params.multi_items() if k not in PAGINATION

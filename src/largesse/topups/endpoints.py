@@ -10,7 +10,17 @@ from largesse.auth import CallerDep
 from largesse.money import Amount, ExactJsonModel, exact_amount
 from largesse.schemas import Out, Text, Wire
 from largesse.topups import service
-from largesse.web import EngineDep, int_param, json_body_doc, json_response, parse_json_body, read_db, run_db
+from largesse.web import (
+    EngineDep,
+    int_param,
+    json_body_doc,
+    json_response,
+    paging_doc,
+    parse_json_body,
+    query_doc,
+    read_db,
+    run_db,
+)
 
 router = APIRouter(tags=["topups"])
 
@@ -57,11 +67,14 @@ async def create_topup(request: Request, caller: CallerDep, engine: EngineDep):
     return json_response({"topup": created.topup})
 
 
-@router.get("/topups", response_model=TopupList)
+LIMIT = (10, 100)  # a page: default, max
+
+
+@router.get("/topups", response_model=TopupList, openapi_extra=query_doc(paging_doc(*LIMIT)))
 async def list_topups(request: Request, caller: CallerDep, engine: EngineDep):
     """Top-ups, newest first. Query: offset, limit (default 10, max 100)."""
     offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", 10, low=1, high=100)
+    limit = int_param(request, "limit", LIMIT[0], low=1, high=LIMIT[1])
     items, total = await read_db(engine, service.page, caller.organization_id, offset=offset, limit=limit)
     return json_response({"topups": items, "total_count": total})
 
