@@ -125,6 +125,13 @@ def test_nul_and_odd_bytes_in_query_and_path_never_5xx(http, url):
         error(response, response.status_code)
 
 
+@pytest.mark.parametrize("url", ["/rewards?%1B%5B2J=%00", "/forex?base=%1B%5B2J"])
+def test_refusals_echo_no_control_characters(http, url):
+    """A query name or value quoted in an error message has its control characters as '?'."""
+    errors = error(http.get(url), 400)
+    assert "\x1b" not in json.dumps(errors, ensure_ascii=False) and "?[2J" in errors["message"], errors
+
+
 def test_nul_in_put_path_never_5xx(http):
     error(http.put("/campaigns/%00", json={"name": "x"}), 400)
 

@@ -24,6 +24,7 @@ from largesse import db
 from largesse.errors import BadRequest
 from largesse.forex.models import forex_rates
 from largesse.money import decimals_for
+from largesse.paths import printable
 from largesse.timeutil import utcnow
 
 DEFAULT_FILE = Path(__file__).parent / "default_rates.csv"
@@ -131,7 +132,7 @@ def table_for(conn: Connection, base: str) -> dict[str, float]:
     rates = current(conn)
     base = base.upper()
     if base not in rates:
-        raise BadRequest(f"No exchange rate for base currency {base}",
+        raise BadRequest(f"No exchange rate for base currency {printable(base)}",
                          {"base": [f"must be one of {', '.join(sorted(rates))}"]})
     table = {}
     for code in sorted(rates):
