@@ -143,7 +143,7 @@ def test_concurrent_runs_with_one_reference_credit_once(org, http, database_url,
     assert available_cents(http) == before + 1000
 
 
-def test_products_list(cli):
+def test_products_list(cli, engine):
     products = _json(cli("products", "list", "--json"))["products"]
     assert "PGCNWBOOKS01US" in [p["id"] for p in products]
 
@@ -182,6 +182,9 @@ BAD_CATALOGS = {
     "image without src": json.dumps({"products": [_product("PBADIMAGES0002", images=[{"type": "card"}])]}),
     "countries not a list": json.dumps({"products": [_product("PBADCOUNTRY001", countries="US")]}),
     "no countries": json.dumps({"products": [_product("PBADCOUNTRY002", countries=[])]}),
+    "unknown country": json.dumps({"products": [_product("PBADCOUNTRY003", countries=["US", "ZZ"])]}),
+    "unknown currency": json.dumps({"products": [_product("PBADCURRENCY01", skus=[{"min": 1, "max": 5,
+                                                                                 "currency_code": "ZZZ"}])]}),
     "sku not an object": json.dumps({"products": [_product("PBADSKU0000002", skus=["5-10 USD"])]}),
     "name not a string": json.dumps({"products": [_product("PBADNAME000001", name={"en": "x"})]}),
     "usage_instructions not a string": json.dumps({"products": [_product("PBADUSAGE00001",

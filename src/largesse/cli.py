@@ -1,22 +1,39 @@
 """The operator's command line: `largesse --help`.
 
-Every command works on the database named by LARGESSE_DATABASE_URL (default: SQLite under
-./var/), migrating it first, so it runs from any directory against a brand-new database.
+Every command works on the database named by LARGESSE_DATABASE_URL (default: SQLite at
+./var/largesse.sqlite3), migrating it first. Only `serve`, `worker`, `db upgrade` and `org create`
+may create a new SQLite database; the others refuse a file that does not exist
+(cli_common.creates_database, docs/operations.md).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Annotated
 
 import typer
 
 from largesse import db
-from largesse.cli_common import JsonFlag, OrgOption, emit, fail, load_settings, open_engine, require_org
+from largesse.cli_common import (
+    JsonFlag,
+    LargesseGroup,
+    OrgOption,
+    amount_text,
+    creates_database,
+    database_url,
+    emit,
+    fail,
+    load_settings,
+    money_text,
+    open_engine,
+    require_org,
+    shown_url,
+)
 from largesse.money import format_amount
 
 app = typer.Typer(help="Largesse: a self-hostable reward ordering service.", no_args_is_help=True,
-                  add_completion=False)
+                  add_completion=False, cls=LargesseGroup)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 org_app = typer.Typer(help="Organizations.", no_args_is_help=True)
 members_app = typer.Typer(help="Members of an organization.", no_args_is_help=True)
@@ -31,10 +48,11 @@ for sub, name in ((db_app, "db"), (org_app, "org"), (members_app, "members"), (k
 # --- serve / db -----------------------------------------------------------------------------
 
 @app.command()
+@creates_database
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port")] = 8000,
-    workers: Annotated[int, typer.Option(help="Worker processes sharing one database")] = 1,
+    port: Annotated[int, typer.Option(help="Port", min=1, max=65535)] = 8000,
+    workers: Annotated[int, typer.Option(help="API processes sharing one database", min=1, max=256)] = 1,
 ):
     """Migrate the database, then serve the API, the redemption pages and the docs; and, unless
     LARGESSE_RUN_WORKER=0, deliver: delivery runs in supervised child processes (delivery/supervisor.py)."""
@@ -57,14 +75,21 @@ def serve(
 
     metrics_dir = metrics.prepare_multiprocess_dir() if multiprocess else None
     typer.echo(f"Largesse ({settings.environment}) on http://{host}:{port}  "
-               f"database: {logs.redact(settings.database_url)}")
+               f"database: {shown_url(settings.database_url)}")
+    logs.configure(settings.log_format, settings.log_level)  # uvicorn.run installs the same again
+    if not settings.sandbox and not settings.secret_keys:
+        from largesse.webhooks.crypto import key_file_path
+
+        logging.getLogger("largesse.serve").warning(
+            "LARGESSE_SECRET_KEY is unset: webhook signing keys are encrypted with a secret generated into %s "
+            "and the redemption pages' CSRF key is kept in the database. Production must set "
+            "LARGESSE_SECRET_KEY (the same value in every process).", key_file_path(settings.database_url))
     supervisor = None
     if settings.run_worker and workers > 1:
         # One delivery supervisor for the server, in this (uvicorn's supervising) process; the
         # API processes must not start their own.
         from largesse.delivery.supervisor import DeliverySupervisor
 
-        logs.configure(settings.log_format, settings.log_level)
         os.environ["LARGESSE_RUN_WORKER"] = "0"
         supervisor = DeliverySupervisor(settings).start()
     try:
@@ -91,10 +116,32 @@ def serve(
 
 
 @db_app.command("upgrade")
+@creates_database
 def db_upgrade():
-    """Apply every pending migration (a new database gets the whole schema and the catalog)."""
-    open_engine().dispose()
-    typer.echo("database is up to date")
+    """Apply every pending migration; a new database (SQLite: a new file) gets the whole schema
+    and the default catalog. Prints the revision before and after."""
+    from sqlalchemy import inspect
+
+    from largesse.ops.health import schema_revision
+
+    def revision(engine) -> str | None:
+        with engine.connect() as conn:
+            return schema_revision(conn) if inspect(conn).has_table("alembic_version") else None
+
+    settings = load_settings()
+    bare = open_engine(settings, prepare=False)
+    before = revision(bare)
+    bare.dispose()
+    engine = open_engine(settings)
+    after = revision(engine)
+    engine.dispose()
+    where = shown_url(settings.database_url)
+    if before is None:
+        typer.echo(f"created the database schema at revision {after}: {where}")
+    elif before != after:
+        typer.echo(f"migrated the database from revision {before} to {after}: {where}")
+    else:
+        typer.echo(f"database is up to date (revision {after}): {where}")
 
 
 @db_app.command("backup")
@@ -105,10 +152,8 @@ def db_backup(path: Annotated[str, typer.Argument(help="File to write (must not 
     import sqlite3
     from pathlib import Path
 
-    from sqlalchemy.engine import make_url
-
     settings = load_settings()
-    url = make_url(db.normalize_url(settings.database_url))
+    url = database_url(settings)
     if url.get_backend_name() != "sqlite":
         fail("this database is PostgreSQL: back it up with pg_dump, e.g.\n"
              "  pg_dump --format=custom --file=largesse.dump \"$LARGESSE_DATABASE_URL\"\n"
@@ -148,8 +193,9 @@ def db_backup(path: Annotated[str, typer.Argument(help="File to write (must not 
 # --- organizations, members, keys -------------------------------------------------------------
 
 @org_app.command("create")
+@creates_database
 def org_create(
-    name: Annotated[str, typer.Option("--name", help="Organization name")],
+    name: Annotated[str, typer.Option("--name", help="Organization name (1-200 characters)")],
     member_email: Annotated[str, typer.Option("--member-email", help="Email of the first member")],
     member_name: Annotated[str | None, typer.Option("--member-name")] = None,
     currency: Annotated[str, typer.Option("--currency", help="Balance currency")] = "USD",
@@ -166,6 +212,7 @@ def org_create(
                                       sandbox=settings.sandbox, currency_code=currency.upper())
     except orgs.OrgError as exc:
         fail(str(exc))
+    name = created.name
     data = {
         "organization_id": created.organization_id, "name": name, "environment": settings.environment,
         "member_id": created.member_id, "member_email": member_email,
@@ -175,7 +222,7 @@ def org_create(
     emit(data, as_json, "\n".join([
         f"organization   {created.organization_id}  {name} ({settings.environment})",
         f"member         {created.member_id}  {member_email}",
-        f"balance        {created.funding_source_id}  {format_amount(created.available_cents)} {currency.upper()}",
+        f"balance        {created.funding_source_id}  {money_text(created.available_cents, currency.upper())}",
         f"api key        {created.api_key}",
         "               (shown once: it is stored only as a hash)",
     ]))
@@ -198,23 +245,33 @@ def org_list(as_json: JsonFlag = False):
 
 @org_app.command("fees")
 def org_fees(org: OrgOption,
-             percent_bp: Annotated[int, typer.Option("--basis-points", help="Fee in 1/100 %% of each reward")] = 0,
-             flat: Annotated[str, typer.Option("--flat", help="Flat fee per reward, e.g. 0.50")] = "0"):
-    """Set an organization's fees (default: none)."""
-    from largesse.money import MoneyError, parse_amount_text
-    from largesse.orgs.models import organizations
+             percent_bp: Annotated[int | None, typer.Option(
+                 "--basis-points", help="Fee in 1/100 % of each reward: 0-10000 (250 = 2.50 %)")] = None,
+             flat: Annotated[str | None, typer.Option(
+                 "--flat", help="Flat fee per reward, e.g. 0.50 (0: none; at most 100000.00)")] = None,
+             as_json: JsonFlag = False):
+    """Show an organization's fees, or set them: each option given changes that fee, the other
+    is kept (default: no fees)."""
+    from largesse.money import MoneyError, decimals_for, parse_amount_text
+    from largesse.orgs import service as orgs
 
-    try:  # the same plain-text rule as --amount; 0 means no flat fee
-        flat_cents = 0 if flat in ("0", "0.0", "0.00") else parse_amount_text(flat, max_cents=100_000_00)
-    except MoneyError as exc:
-        fail(f"--flat {exc}")
-    if percent_bp < 0:
-        fail("fees cannot be negative")
-    with db.write(open_engine()) as conn:
-        require_org(conn, org)
-        conn.execute(organizations.update().where(organizations.c.id == org)
-                     .values(fee_basis_points=percent_bp, fee_flat_cents=flat_cents))
-    typer.echo(f"fees of {org}: {format_amount(percent_bp)}% + {format_amount(flat_cents)} per reward")
+    engine = open_engine()
+    with db.write(engine) as conn:
+        currency = require_org(conn, org).currency_code
+        flat_cents = None
+        if flat is not None:
+            try:  # the same plain-text rule as --amount; 0 means no flat fee
+                flat_cents = 0 if flat in ("0", "0.0", "0.00") else parse_amount_text(
+                    flat, decimals=decimals_for(currency))
+            except MoneyError as exc:
+                fail(f"--flat {exc}")
+        try:
+            fees = orgs.set_fees(conn, org, basis_points=percent_bp, flat_cents=flat_cents)
+        except orgs.OrgError as exc:
+            fail(str(exc))
+    emit({"organization_id": org, "basis_points": fees.basis_points, "flat": amount_text(fees.flat_cents, currency),
+          "flat_cents": fees.flat_cents, "currency_code": currency}, as_json,
+         f"fees of {org}: {format_amount(fees.basis_points)}% + {money_text(fees.flat_cents, currency)} per reward")
 
 
 @members_app.command("add")
@@ -234,6 +291,7 @@ def members_add(org: OrgOption, email: Annotated[str, typer.Option("--email")],
 
 @members_app.command("list")
 def members_list(org: OrgOption, as_json: JsonFlag = False):
+    """List an organization's members (ID, email, name)."""
     from largesse.orgs import service as orgs
 
     with db.read(open_engine()) as conn:
@@ -308,8 +366,9 @@ def balance_fund(org: OrgOption,
 
     if reference is not None and not 1 <= len(reference.strip()) <= 200:
         fail("--reference must be 1-200 characters")
-    if len(memo) > 500:
-        fail("--memo must be at most 500 characters")
+    memo = memo.strip()  # a funding says why: a memo of spaces says nothing
+    if not 1 <= len(memo) <= 500:
+        fail("--memo must be 1-500 characters (why this funding: a wire reference, an invoice...)")
     engine = open_engine()
     with db.read(engine) as conn:
         require_org(conn, org)
@@ -332,20 +391,20 @@ def balance_fund(org: OrgOption,
     data = {"funding_source_id": done.funding_source_id, "credited": done.credited,
             "credited_cents": cents if done.credited else 0, "available_cents": done.available_cents,
             "ledger_entry_id": done.entry_id, "reference": reference}
-    balance = f"balance {format_amount(done.available_cents)} {done.currency_code}"
+    balance = f"balance {money_text(done.available_cents, done.currency_code)}"
     if done.credited:
-        emit(data, as_json, f"credited {format_amount(cents)} {currency}; {balance}")
+        emit(data, as_json, f"credited {money_text(cents, currency)}; {balance}")
         return
     if done.amount_cents != cents or done.currency_code != currency:
-        fail(f"reference {reference!r} was already credited with {format_amount(done.amount_cents)} "
-             f"{done.currency_code} "
-             f"(ledger entry {done.entry_id}), not {format_amount(cents)} {currency}: nothing credited")
+        fail(f"reference {reference!r} was already credited with {money_text(done.amount_cents, done.currency_code)} "
+             f"(ledger entry {done.entry_id}), not {money_text(cents, currency)}: nothing credited")
     emit(data, as_json, f"reference {reference!r} was already credited (ledger entry {done.entry_id}): "
                         f"nothing credited; {balance}")
 
 
 @balance_app.command("show")
-def balance_show(org: OrgOption, entries: Annotated[int, typer.Option(help="Ledger entries to show")] = 10,
+def balance_show(org: OrgOption,
+                 entries: Annotated[int, typer.Option(help="Ledger entries to show", min=0, max=1000)] = 10,
                  as_json: JsonFlag = False):
     """Show the balance and its latest ledger entries."""
     from sqlalchemy import select
@@ -377,18 +436,22 @@ def balance_show(org: OrgOption, entries: Annotated[int, typer.Option(help="Ledg
     data = {**wire(*balances[0]), "balances": [wire(s, rows) for s, rows in balances]}
     lines = []
     for source, rows in balances:
-        lines.append(f"{source.id}  available {format_amount(source.available_cents)} {source.currency_code}"
-                     f"  pending {format_amount(source.pending_cents)}")
-        lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {format_amount(r.amount_cents):>12}"
-                  f"  -> {format_amount(r.balance_after_cents)}  {r.memo or r.order_id or ''}" for r in rows]
+        code = source.currency_code
+        lines.append(f"{source.id}  available {money_text(source.available_cents, code)}"
+                     f"  pending {amount_text(source.pending_cents, code)}")
+        lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {amount_text(r.amount_cents, code):>12}"
+                  f"  -> {amount_text(r.balance_after_cents, code)}  {r.memo or r.order_id or ''}" for r in rows]
     emit(data, as_json, "\n".join(lines))
 
 
 @ledger_app.command("verify")
 def ledger_verify(as_json: JsonFlag = False):
-    """Prove every money invariant: balances and running balances against the ledger, each order's
-    debit, rewards and refunds against its total, one refund per canceled or expired reward, one
-    payout per redeemed reward (the list is in funding/verify.py). Exits 1 on any finding."""
+    """Check that the money records agree with each other: balances and running balances against
+    the ledger, each order's debit, rewards and refunds against its total, one refund per canceled
+    or expired reward, one payout per redeemed reward, top-up and invoice credits (the list is in
+    funding/verify.py). Exits 1 on any finding. It checks consistency, not history: a change made
+    consistently everywhere (an entry and every later running balance and the balance raised
+    together; a credit deleted and its balance lowered to match) looks like a valid ledger."""
     from largesse.funding import service as funding
 
     engine = open_engine()
@@ -452,6 +515,9 @@ def _register_domain_commands() -> None:
     from largesse.webhooks import cli as webhooks_cli
 
     delivery_cli.register(app)
+    for command in app.registered_commands:  # a worker may be the first process on a new database
+        if command.name == "worker":
+            command.callback = creates_database(command.callback)
     redemption_cli.register(app)
     webhooks_cli.register(app)
     orders_cli.register(app, org_app)  # org approvals; orders pending|approve|reject

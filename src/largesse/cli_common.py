@@ -6,10 +6,16 @@ largesse.cli.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import json
+import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from sqlalchemy import exc as sa_exc
+from typer.core import TyperGroup
 
 from largesse import db
 from largesse.config import Settings
@@ -17,7 +23,13 @@ from largesse.config import Settings
 OrgOption = Annotated[str, typer.Option("--org", help="Organization ID")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
 OrgFilterOption = Annotated[str | None, typer.Option("--org", help="Only this organization's")]
-LimitOption = Annotated[int, typer.Option(help="How many (newest first)")]
+LIST_LIMIT_MAX = 1000
+LimitOption = Annotated[int, typer.Option(help="How many (newest first)", min=1, max=LIST_LIMIT_MAX)]
+
+# Every whole-number parameter of every command is refused outside 0..WHOLE_NUMBER_MAX before
+# the command runs (LargesseGroup), whatever narrower range the option declares itself: the
+# largest value of PostgreSQL's `integer`, so no option's value overflows a column it reaches.
+WHOLE_NUMBER_MAX = 2**31 - 1
 
 
 def load_settings() -> Settings:
@@ -27,15 +39,102 @@ def load_settings() -> Settings:
         fail(str(exc))
 
 
+# --- the database -----------------------------------------------------------------------------
+#
+# A command that reads or changes existing data refuses a SQLite database file that does not
+# exist (a mistyped path, or the default ./var/largesse.sqlite3 run from another directory):
+# it would otherwise create an empty database and answer "no organizations" or "ledger OK".
+# The commands that may start a new database are marked @creates_database: `serve`, `worker`,
+# `db upgrade` and `org create` (docs/operations.md, "A new database").
+
+_creating = contextvars.ContextVar("largesse_cli_creates_database", default=False)
+
+
+def creates_database(command):
+    """Mark a command that may create a new SQLite database (and its folder) when the file does
+    not exist yet; every other command refuses to (open_engine)."""
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        token = _creating.set(True)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            _creating.reset(token)
+
+    return run
+
+
+def shown_url(url: str) -> str:
+    """A database URL as the operator may see it: with its password masked, nothing else."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except sa_exc.ArgumentError:
+        return "(not a URL)"
+
+
+def database_url(settings: Settings):
+    """LARGESSE_DATABASE_URL as a SQLAlchemy URL: SQLite or PostgreSQL, else one line and exit 1."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        url = make_url(db.normalize_url(settings.database_url))
+    except sa_exc.ArgumentError:
+        fail("LARGESSE_DATABASE_URL is not a database URL: use sqlite:///PATH or "
+             "postgresql://USER:PASSWORD@HOST/NAME")
+    backend, _, driver = url.drivername.partition("+")
+    if not ((backend == "sqlite" and driver in ("", "pysqlite")) or (backend == "postgresql" and driver == "psycopg")):
+        fail(f"LARGESSE_DATABASE_URL must be a SQLite (sqlite:///PATH) or PostgreSQL (postgresql://...) URL, "
+             f"not {shown_url(settings.database_url)}")
+    return url
+
+
+def unavailable_reason(exc: BaseException) -> str:
+    """The driver's own words for a database that cannot be used, on one line, secrets masked."""
+    from largesse.ops.logs import redact
+
+    reason = str(getattr(exc, "orig", None) or exc).strip()
+    reason = reason.removeprefix("connection failed: ")
+    return redact(re.sub(r"\s+", " ", reason)) or type(exc).__name__
+
+
 def open_engine(settings: Settings | None = None, *, prepare: bool = True):
+    """The database's engine, migrated first (prepare). Refuses, with one line and exit 1, a bad
+    URL, a SQLite file that does not exist (unless the command is @creates_database) and a
+    database that cannot be reached."""
     from largesse.bootstrap import prepare as prepare_db
 
     settings = settings or load_settings()
-    engine = db.make_engine(settings.database_url)
-    if prepare:
-        prepare_db(engine)
+    url = database_url(settings)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:" \
+            and not _creating.get() and not Path(url.database).exists():
+        fail(f"no SQLite database at {Path(url.database).resolve()}: create one with `largesse db upgrade` "
+             f"(or start `largesse serve`), or point LARGESSE_DATABASE_URL at an existing database")
+    try:
+        engine = db.make_engine(settings.database_url)
+        if prepare:
+            prepare_db(engine)
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+        database_unavailable(exc, settings)
+    except OSError as exc:  # the SQLite file's folder cannot be created
+        fail(f"cannot create the database {shown_url(settings.database_url)}: {exc.strerror or exc}")
     return engine
 
+
+def database_unavailable(exc: BaseException, settings: Settings | None = None):
+    """One line for a database that cannot be used (unreachable, missing, locked), then exit 1."""
+    if settings is None:
+        try:
+            settings = Settings.from_env()
+        except ValueError:
+            settings = None
+    where = f" {shown_url(settings.database_url)}" if settings is not None else ""
+    fail(f"cannot use the database{where}: {unavailable_reason(exc)}")
+
+
+# --- output -----------------------------------------------------------------------------------
 
 def fail(message: str, code: int = 1):
     typer.echo(f"error: {message}", err=True)
@@ -46,13 +145,28 @@ def emit(data: dict, as_json: bool, text: str) -> None:
     typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
+def amount_text(cents: int, currency_code: str) -> str:
+    """An amount as every command prints it: with the currency's decimals (2, none for JPY...),
+    e.g. "210.10", "5000"; exact, never through a float."""
+    from largesse.money import decimals_for, format_amount
+
+    if decimals_for(currency_code) == 0 and cents % 100 == 0:  # stored in hundredths like any other
+        return str(cents // 100)
+    return format_amount(cents)
+
+
+def money_text(cents: int, currency_code: str) -> str:
+    """An amount and its currency: "210.10 USD", "5000 JPY"."""
+    return f"{amount_text(cents, currency_code)} {currency_code}"
+
+
 def operator_list(org: str | None, limit: int, list_all) -> list:
     """The rows of an operator's `list` command (invoices, top-ups): list_all(conn, org, limit=)
-    for one organization, which must exist, or for all; limit kept within 1..1000."""
+    for one organization, which must exist, or for all; limit is LimitOption's (1..1000)."""
     with db.read(open_engine()) as conn:
         if org is not None:
             require_org(conn, org)
-        return list_all(conn, org, limit=max(1, min(limit, 1000)))
+        return list_all(conn, org, limit=limit)
 
 
 def require_org(conn, org_id: str):
@@ -62,3 +176,84 @@ def require_org(conn, org_id: str):
     if row is None:
         fail(f"no organization {org_id}")
     return row
+
+
+# --- the root command group -------------------------------------------------------------------
+
+class LargesseGroup(TyperGroup):
+    """`largesse` itself (typer.Typer(cls=LargesseGroup)). For every command below it, the
+    domains' included:
+
+    - a whole-number parameter outside 0..WHOLE_NUMBER_MAX is a usage error, before the command
+      runs (an option's own min/max narrows it further);
+    - a database that cannot be used while a command runs (unreachable, stopped, locked) is one
+      line on stderr and exit 1, never a traceback;
+    - help shows types as TEXT / INTEGER and nothing for flags, not typer's `<str>` / `<bool>`.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        for command in _all_commands(self):
+            for param in command.params:
+                param.callback = _within_whole_number_range(param.callback)
+                _plain_type(param)
+            _plain_help_option(command)
+        _plain_help_option(self)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+            database_unavailable(exc)
+
+
+def _all_commands(group):
+    for command in getattr(group, "commands", {}).values():
+        yield command
+        yield from _all_commands(command)
+
+
+def _within_whole_number_range(callback):
+    def check(ctx, param, value):
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, int) and not isinstance(item, bool) and not 0 <= item <= WHOLE_NUMBER_MAX:
+                raise typer.BadParameter(f"{item} is not a whole number from 0 to {WHOLE_NUMBER_MAX}")
+        return callback(ctx, param, value) if callback is not None else value
+
+    return check
+
+
+_PLAIN_TYPES = {"str": "TEXT", "int": "INTEGER", "int range": "INTEGER", "float": "FLOAT", "Path": "PATH"}
+
+
+def _plain_type(param) -> None:
+    """Help's type column: TEXT, INTEGER..., nothing for a flag (typer 0.29 shows `<str>`, `<bool>`)."""
+    shown = getattr(param, "display_type_rich", None)
+    if shown is None or getattr(param, "_largesse_plain", False):
+        return
+
+    def plain(ctx):
+        text = shown(ctx)
+        if not isinstance(text, str) or not (text.startswith("<") and text.endswith(">")):
+            return text
+        label = text[1:-1]
+        if label == "bool" or getattr(param, "is_flag", False):
+            return None
+        return _PLAIN_TYPES.get(label, label.upper())
+
+    param.display_type_rich = plain
+    param._largesse_plain = True
+
+
+def _plain_help_option(command) -> None:
+    original = getattr(command, "get_help_option", None)
+    if original is None:
+        return
+
+    def get_help_option(ctx):
+        option = original(ctx)
+        if option is not None:
+            _plain_type(option)
+        return option
+
+    command.get_help_option = get_help_option

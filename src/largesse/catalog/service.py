@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, bindparam, select
 
+from largesse import codes
 from largesse.catalog.models import products
 from largesse.ids import ALPHABET
 from largesse.money import MoneyError, loads_exact, to_cents, to_wire
@@ -151,19 +152,22 @@ def _parse_product(item: dict) -> dict:
     if not isinstance(item["skus"], list):
         raise CatalogError("skus must be a list")
     for sku in item["skus"]:
-        if not isinstance(sku, dict) or not isinstance(sku.get("currency_code"), str) or len(sku["currency_code"]) != 3:
-            raise CatalogError("each sku needs a 3-letter currency_code")
+        if not isinstance(sku, dict) or not isinstance(sku.get("currency_code"), str):
+            raise CatalogError("each sku needs a currency_code")
+        currency = codes.currency(sku["currency_code"])
+        if currency is None:
+            raise CatalogError(f"{sku['currency_code']!r} is not one of the currency codes of API.md §5 (ISO 4217)")
         low, high = to_cents(sku["min"]), to_cents(sku["max"])
         if not 0 < low <= high:
             raise CatalogError("each sku needs 0 < min <= max")
-        skus.append({"min_cents": low, "max_cents": high, "currency_code": str(sku["currency_code"]).upper()})
+        skus.append({"min_cents": low, "max_cents": high, "currency_code": currency})
     currencies = sorted({s["currency_code"] for s in skus})
     if not skus:
         raise CatalogError("at least one sku (denomination band) is required")
     if not isinstance(item["countries"], list) or not all(
-            isinstance(c, str) and len(c) == 2 and c.isascii() and c.isalpha() for c in item["countries"]):
+            isinstance(c, str) and codes.country(c) for c in item["countries"]):
         raise CatalogError("countries must be a list of ISO 3166 alpha-2 codes")
-    countries = [c.upper() for c in item["countries"]]
+    countries = [codes.country(c) for c in item["countries"]]
     if not countries:
         raise CatalogError("at least one country is required")
     images = item.get("images") or []

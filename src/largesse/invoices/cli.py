@@ -6,7 +6,17 @@ from typing import Annotated
 
 import typer
 
-from largesse.cli_common import JsonFlag, LimitOption, OrgFilterOption, emit, fail, open_engine, operator_list
+from largesse.cli_common import (
+    JsonFlag,
+    LimitOption,
+    OrgFilterOption,
+    amount_text,
+    emit,
+    fail,
+    money_text,
+    open_engine,
+    operator_list,
+)
 
 invoices_app = typer.Typer(help="Invoices: mark them paid.", no_args_is_help=True)
 
@@ -15,12 +25,12 @@ invoices_app = typer.Typer(help="Invoices: mark them paid.", no_args_is_help=Tru
 def invoices_list(org: OrgFilterOption = None, limit: LimitOption = 100, as_json: JsonFlag = False):
     """Invoices of every status, newest first."""
     from largesse.invoices import service
-    from largesse.money import format_amount
 
     rows = operator_list(org, limit, service.list_all)
     data = {"invoices": [service.to_wire(r) | {"organization_id": r.organization_id} for r in rows]}
     emit(data, as_json, "\n".join(
-        f"{r.id}  {r.organization_id}  {r.status:<8} {format_amount(r.amount_cents):>12} {r.currency_code}  "
+        f"{r.id}  {r.organization_id}  {r.status:<8} "
+        f"{amount_text(r.amount_cents, r.currency_code):>12} {r.currency_code}  "
         f"{r.created_at:%Y-%m-%d %H:%M:%S}  {r.po_number or ''}" for r in rows) or "no invoices")
 
 
@@ -29,7 +39,6 @@ def invoices_pay(invoice_id: Annotated[str, typer.Argument(help="The invoice's I
     """Mark an OPEN invoice paid and credit its amount to the organization's balance in its
     currency (once: a second run credits nothing). A deleted invoice cannot be paid (exit 1)."""
     from largesse.invoices import service
-    from largesse.money import format_amount
 
     try:
         done = service.pay(open_engine(), invoice_id)
@@ -38,8 +47,9 @@ def invoices_pay(invoice_id: Annotated[str, typer.Argument(help="The invoice's I
     invoice = done.invoice
     data = {"paid": done.changed, "invoice": invoice, "available_cents": done.available_cents}
     if done.changed:
-        emit(data, as_json, f"invoice {invoice_id} paid: credited {invoice['amount']} {invoice['currency_code']}; "
-                            f"balance {format_amount(done.available_cents)} {invoice['currency_code']}")
+        code = invoice["currency_code"]
+        emit(data, as_json, f"invoice {invoice_id} paid: credited {money_text(done.amount_cents, code)}; "
+                            f"balance {money_text(done.available_cents, code)}")
     elif done.status == service.PAID:
         emit(data, as_json, f"invoice {invoice_id} was already paid: nothing credited")
     else:

@@ -123,6 +123,7 @@ class Paid:
     status: str
     invoice: dict
     available_cents: int | None = None
+    amount_cents: int | None = None  # the credit, when changed
 
 
 def pay(engine: Engine, invoice_id: str) -> Paid:
@@ -149,7 +150,7 @@ def pay(engine: Engine, invoice_id: str) -> Paid:
                                amount_cents=row.amount_cents, kind=LEDGER_KIND, memo=f"Invoice {row.id} paid",
                                reference=reference(row.id))
         webhooks.emit(conn, row.organization_id, [("INVOICES.PAID", row.id)])
-        return Paid(True, PAID, to_wire(row), after)
+        return Paid(True, PAID, to_wire(row), after, row.amount_cents)
 
 
 def to_wire(row) -> dict:

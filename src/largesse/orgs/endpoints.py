@@ -16,7 +16,7 @@ from largesse.auth import CallerDep
 from largesse.errors import BadRequest
 from largesse.orgs import roles, service, suborgs
 from largesse.schemas import Out, Text, Wire
-from largesse.web import EngineDep, clean_text, json_response, read_db, write_db
+from largesse.web import EngineDep, clean_text, json_response, q_str, query_doc, read_db, write_db
 
 router = APIRouter(tags=["organization"])
 
@@ -92,7 +92,8 @@ class ApiKeyOut(Out):
     api_key: str
 
 
-@router.get("/organizations", response_model=OrganizationList)
+@router.get("/organizations", response_model=OrganizationList, openapi_extra=query_doc(
+    q_str("include", "sub_organizations: also the sub-organizations this one created")))
 async def list_organizations(request: Request, caller: CallerDep, engine: EngineDep):
     """The caller's organization only, as Tremendous answers (API.md §1); with
     `?include=sub_organizations`, then the sub-organizations it created (oldest first)."""
@@ -116,9 +117,10 @@ async def get_organization(organization_id: str, caller: CallerDep, engine: Engi
 async def create_organization(body: CreateOrganizationIn, caller: CallerDep, engine: EngineDep):
     """Create a sub-organization of the caller's (same environment), with `copy_settings`;
     `with_api_key` returns its first API key once, in `organization.api_key`."""
-    name = body.name.strip()
-    if not name:
-        raise BadRequest("name must not be blank", {"name": ["can't be blank"]})
+    try:
+        name = service.clean_name(body.name)  # body.name is already 1-200 characters
+    except service.OrgError as exc:
+        raise BadRequest(str(exc), {"name": ["can't be blank"]}) from None
     website = body.website.strip()
     if not service.valid_website(website):
         raise BadRequest("website must be an http(s) URL or a domain name", {"website": ["is not a valid URL"]})

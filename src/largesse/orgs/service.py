@@ -18,15 +18,32 @@ from largesse import auth, codes, db
 from largesse.errors import BadRequest, NotFound, Unprocessable
 from largesse.funding import service as funding
 from largesse.ids import new_id
+from largesse.money import format_amount
 from largesse.orgs import roles
 from largesse.orgs.models import api_keys, members, organizations
 from largesse.timeutil import iso, utcnow
 
 SANDBOX_CREDIT_CENTS = 500_000  # 5000 USD, as the interface specification gives
+NAME_MAX = 200
+# Fees an operator may set (`largesse org fees`): a share of each reward of at most 100 %, and
+# a flat fee of at most 100,000.00 per reward (fee_flat_cents is an `integer` column).
+MAX_FEE_BASIS_POINTS = 10_000
+MAX_FEE_FLAT_CENTS = 100_000_00
 
 
 class OrgError(ValueError):
     pass
+
+
+def clean_name(name: str) -> str:
+    """An organization's name as stored: without surrounding spaces, 1-200 characters. The one
+    rule of `largesse org create` and of POST /organizations (a sub-organization)."""
+    cleaned = name.strip()
+    if not cleaned:
+        raise OrgError("name must not be blank")
+    if len(cleaned) > NAME_MAX:
+        raise OrgError(f"name must be at most {NAME_MAX} characters")
+    return cleaned
 
 
 def email_key(email: str) -> str:
@@ -44,10 +61,12 @@ class CreatedOrg:
     api_key_id: str
     api_key: str
     available_cents: int
+    name: str = ""
 
 
 def create_org(conn: Connection, *, name: str, member_email: str, member_name: str | None, sandbox: bool,
                currency_code: str = "USD") -> CreatedOrg:
+    name = clean_name(name)
     currency = codes.currency(currency_code)
     if currency is None:
         raise OrgError(f"{currency_code!r} is not one of the currency codes of API.md §5 (ISO 4217)")
@@ -65,7 +84,7 @@ def create_org(conn: Connection, *, name: str, member_email: str, member_name: s
                                    amount_cents=SANDBOX_CREDIT_CENTS, kind="sandbox_credit",
                                    memo="Sandbox pre-loaded balance")
     key_id, key = auth.issue_key(conn, organization_id=org_id, label="created with the organization")
-    return CreatedOrg(org_id, member_id, fs_id, key_id, key, available)
+    return CreatedOrg(org_id, member_id, fs_id, key_id, key, available, name)
 
 
 def add_member(conn: Connection, *, organization_id: str, email: str, name: str | None, role: str = "ADMIN") -> str:
@@ -99,6 +118,30 @@ def member_key_found(organization_id, key):
     """SQL: is the email_key `key` a member of the organization? For a statement that folds the
     sandbox recipient check into its own (POST /orders' context: one round trip fewer)."""
     return exists().where(members.c.organization_id == organization_id, members.c.email_key == key)
+
+
+@dataclass
+class Fees:
+    basis_points: int
+    flat_cents: int
+
+
+def set_fees(conn: Connection, organization_id: str, *, basis_points: int | None = None,
+             flat_cents: int | None = None) -> Fees:
+    """Change an organization's fees (each one given; the other is kept) and return them all;
+    OrgError, changing nothing, for a share outside 0-10000 basis points or a flat fee outside
+    0-100,000.00. With neither given, only reads them."""
+    if basis_points is not None and not 0 <= basis_points <= MAX_FEE_BASIS_POINTS:
+        raise OrgError(f"the fee must be 0 to {MAX_FEE_BASIS_POINTS} basis points (100 %), not {basis_points}")
+    if flat_cents is not None and not 0 <= flat_cents <= MAX_FEE_FLAT_CENTS:
+        raise OrgError(f"the flat fee must be 0 to {format_amount(MAX_FEE_FLAT_CENTS)}")
+    values = {key: value for key, value in (("fee_basis_points", basis_points), ("fee_flat_cents", flat_cents))
+              if value is not None}
+    if values:
+        conn.execute(update(organizations).where(organizations.c.id == organization_id).values(**values))
+    row = conn.execute(select(organizations.c.fee_basis_points, organizations.c.fee_flat_cents)
+                       .where(organizations.c.id == organization_id)).one()
+    return Fees(row.fee_basis_points, row.fee_flat_cents)
 
 
 def get_org(conn: Connection, organization_id: str):

@@ -6,7 +6,17 @@ from typing import Annotated
 
 import typer
 
-from largesse.cli_common import JsonFlag, LimitOption, OrgFilterOption, emit, fail, open_engine, operator_list
+from largesse.cli_common import (
+    JsonFlag,
+    LimitOption,
+    OrgFilterOption,
+    amount_text,
+    emit,
+    fail,
+    money_text,
+    open_engine,
+    operator_list,
+)
 
 topups_app = typer.Typer(help="Top-up requests: credit or reject them.", no_args_is_help=True)
 
@@ -14,20 +24,19 @@ topups_app = typer.Typer(help="Top-up requests: credit or reject them.", no_args
 @topups_app.command("list")
 def topups_list(org: OrgFilterOption = None, limit: LimitOption = 100, as_json: JsonFlag = False):
     """Top-up requests, newest first."""
-    from largesse.money import format_amount
     from largesse.topups import service
 
     rows = operator_list(org, limit, service.list_all)
     data = {"topups": [service.to_wire(r) | {"organization_id": r.organization_id} for r in rows]}
     emit(data, as_json, "\n".join(
-        f"{r.id}  {r.organization_id}  {r.status:<14} {format_amount(r.amount_cents):>12} {r.currency_code}  "
+        f"{r.id}  {r.organization_id}  {r.status:<14} "
+        f"{amount_text(r.amount_cents, r.currency_code):>12} {r.currency_code}  "
         f"{r.created_at:%Y-%m-%d %H:%M:%S}  key={r.idempotency_key}" for r in rows) or "no top-ups")
 
 
 @topups_app.command("credit")
 def topups_credit(topup_id: Annotated[str, typer.Argument(help="The top-up's ID")], as_json: JsonFlag = False):
     """Credit a `created` top-up to its balance (once: a second run credits nothing)."""
-    from largesse.money import format_amount
     from largesse.topups import service
 
     try:
@@ -37,8 +46,9 @@ def topups_credit(topup_id: Annotated[str, typer.Argument(help="The top-up's ID"
     topup = done.topup
     data = {"credited": done.changed, "topup": topup, "available_cents": done.available_cents}
     if done.changed:
-        emit(data, as_json, f"credited top-up {topup_id}: {topup['amount']} {topup['currency_code']}; "
-                            f"balance {format_amount(done.available_cents)} {topup['currency_code']}")
+        code = topup["currency_code"]
+        emit(data, as_json, f"credited top-up {topup_id}: {money_text(done.amount_cents, code)}; "
+                            f"balance {money_text(done.available_cents, code)}")
     elif done.status == service.CREDITED:
         emit(data, as_json, f"top-up {topup_id} was already credited: nothing credited")
     else:

@@ -122,6 +122,7 @@ class Outcome:
     status: str
     topup: dict
     available_cents: int | None = None
+    amount_cents: int | None = None  # the credit, when changed
 
 
 def credit(engine: Engine, topup_id: str) -> Outcome:
@@ -137,7 +138,7 @@ def credit(engine: Engine, topup_id: str) -> Outcome:
                                amount_cents=row.amount_cents, kind=LEDGER_KIND, memo=f"Top-up {row.id}",
                                reference=reference(row.id))
         webhooks.emit(conn, row.organization_id, [(funding.FUNDED_EVENT, row.funding_source_id)])
-        return Outcome(True, CREDITED, to_wire(row), after)
+        return Outcome(True, CREDITED, to_wire(row), after, row.amount_cents)
 
 
 def reject(engine: Engine, topup_id: str, reason: str | None) -> Outcome:

@@ -1,0 +1,261 @@
+"""What the `largesse` command refuses, and how it says so: option ranges, missing or unusable
+databases, fees, blank names and memos, money as it is written, help texts, serve's warnings.
+
+Each failing command must be one line on stderr (no traceback), a non-zero exit, and no change."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from largesse import db
+from largesse.orgs.models import organizations
+from tests.conftest import PG_ADMIN_URL, free_port
+from tests.factories import available_cents, ok, unique
+
+LARGESSE = str(Path(sys.executable).parent / "largesse")
+
+
+def _run(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`largesse *args` in cwd, with the default database (./var/largesse.sqlite3) unless env names one."""
+    full_env = {k: v for k, v in os.environ.items() if k != "LARGESSE_DATABASE_URL"}
+    full_env.update({"COLUMNS": "200", **(env or {})})
+    return subprocess.run([LARGESSE, *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=120)
+
+
+def _one_line_error(result: subprocess.CompletedProcess, code: int = 1) -> str:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and result.stderr.startswith("error: "), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    return result.stderr
+
+
+def _usage_error(result: subprocess.CompletedProcess, option: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and option in result.stderr, result.stderr
+
+
+# --- item 1: serve's options -------------------------------------------------------------------
+
+def test_serve_refuses_a_port_out_of_range_and_zero_workers(tmp_path):
+    for args, option in ((("--port", "99999"), "--port"), (("--port", "0"), "--port"),
+                         (("--workers", "0"), "--workers")):
+        result = _run(tmp_path, "serve", *args)
+        _usage_error(result, option)
+        assert "LARGESSE_API_PROCESSES" not in result.stderr
+    assert list(tmp_path.iterdir()) == [], "a refused serve creates nothing"
+
+
+# --- item 2: a SQLite database that does not exist ---------------------------------------------
+
+READING_COMMANDS = [
+    ("org", "list"), ("ledger", "verify"), ("products", "list"), ("jobs", "list"), ("invoices", "list"),
+    ("topups", "list"), ("forex", "show"), ("inventory", "status"), ("balance", "show", "--org", "X"),
+    ("keys", "list", "--org", "X"), ("members", "list", "--org", "X"), ("orders", "pending", "--org", "X"),
+    ("org", "fees", "--org", "X"), ("balance", "fund", "--org", "X", "--amount", "1", "--memo", "m"),
+    ("webhooks", "deliveries", "--org", "X"), ("keys", "revoke", "K"),
+]
+
+
+@pytest.mark.parametrize("command", READING_COMMANDS, ids=" ".join)
+def test_commands_refuse_a_sqlite_database_that_does_not_exist(tmp_path, command):
+    line = _one_line_error(_run(tmp_path, *command))
+    assert str(tmp_path / "var" / "largesse.sqlite3") in line and "largesse db upgrade" in line
+    assert list(tmp_path.iterdir()) == [], "no file and no folder"
+    mistyped = tmp_path / "typo" / "larges.sqlite3"
+    line = _one_line_error(_run(tmp_path, *command, env={"LARGESSE_DATABASE_URL": f"sqlite:///{mistyped}"}))
+    assert str(mistyped) in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_db_upgrade_creates_a_new_database_and_says_so(tmp_path):
+    created = _run(tmp_path, "db", "upgrade")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created the database schema at revision 0"), created.stdout
+    revision = created.stdout.split("revision ")[1].split(":")[0]
+    again = _run(tmp_path, "db", "upgrade")
+    assert f"database is up to date (revision {revision})" in again.stdout
+    listed = _run(tmp_path, "org", "list")
+    assert listed.returncode == 0 and listed.stdout.strip() == "no organizations"
+
+
+@pytest.mark.parametrize("command", [
+    ("org", "create", "--name", "First", "--member-email", "first@example.com"),  # README's first step
+    ("worker", "--once"),
+])
+def test_bootstrapping_commands_still_create_the_database(tmp_path, command):
+    result = _run(tmp_path, *command, env={"LARGESSE_MAIL_DIR": str(tmp_path / "mail")})
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "var" / "largesse.sqlite3").is_file()
+    assert _run(tmp_path, "ledger", "verify").returncode == 0
+
+
+# --- item 3: unusable database URLs --------------------------------------------------------------
+
+def test_an_unusable_database_url_is_one_line_without_its_password(tmp_path):
+    host = PG_ADMIN_URL.split("@", 1)[1].rsplit("/", 1)[0]  # 127.0.0.1:5432
+    missing = f"largesse_missing_{secrets.token_hex(4)}"
+    cases = {
+        "mysql://ops:hunter2@db.internal/largesse": "must be a SQLite",
+        "notaurl": "is not a database URL",
+        f"postgresql://postgres:hunter2@{host}/{missing}": missing,  # no such database (or no server)
+        "postgresql://postgres:hunter2@127.0.0.1:1/largesse": "127.0.0.1:1",  # nothing listens there
+    }
+    for url, expected in cases.items():
+        for command in (("db", "upgrade"), ("ledger", "verify")):
+            line = _one_line_error(_run(tmp_path, *command, env={"LARGESSE_DATABASE_URL": url}))
+            assert expected in line and "hunter2" not in line, line
+    # Only a password is masked: a URL without one is shown as it is.
+    line = _one_line_error(_run(tmp_path, "org", "list",
+                                env={"LARGESSE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/largesse"}))
+    assert "postgresql://postgres@127.0.0.1:1/largesse" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- items 3 and 4: whole numbers and fees -------------------------------------------------------
+
+def _fees(engine, org_id: str) -> tuple[int, int]:
+    with db.read(engine) as conn:
+        row = conn.execute(select(organizations.c.fee_basis_points, organizations.c.fee_flat_cents)
+                           .where(organizations.c.id == org_id)).one()
+    return row.fee_basis_points, row.fee_flat_cents
+
+
+def test_whole_number_options_have_ranges(org, engine, cli):
+    cli("org", "fees", "--org", org.id, "--basis-points", "250", "--flat", "0.50")
+    for args, option in [
+        (("org", "fees", "--org", org.id, "--basis-points", "99999999999999999999999"), "--basis-points"),
+        (("org", "fees", "--org", org.id, "--basis-points", "2147483648"), "--basis-points"),
+        (("org", "fees", "--org", org.id, "--basis-points", "-1"), "--basis-points"),
+        (("balance", "show", "--org", org.id, "--entries", "99999999999999999999"), "--entries"),
+        (("balance", "show", "--org", org.id, "--entries", "-1"), "--entries"),
+        (("jobs", "list", "--limit", "99999999999999999999"), "--limit"),
+        (("jobs", "list", "--limit", "-1"), "--limit"),
+        (("jobs", "retry", "99999999999999999999"), "job_id"),
+        (("jobs", "retry", "-1"), "job_id"),
+        (("worker", "--concurrency", "-1"), "--concurrency"),
+        (("worker", "--webhook-concurrency", "-1"), "--webhook-concurrency"),
+        (("invoices", "list", "--limit", "0"), "--limit"),
+        (("topups", "list", "--limit", "1001"), "--limit"),
+        (("webhooks", "deliveries", "--org", org.id, "--limit", "99999999999999999999"), "--limit"),
+        (("org", "settings", "--org", org.id, "--reward-expiry-days", "99999999999999999999"),
+         "--reward-expiry-days"),
+    ]:
+        _usage_error(cli(*args, check=False), option)
+    assert _fees(engine, org.id) == (250, 50)
+
+
+def test_org_fees_are_bounded_and_shown_without_options(org, engine, cli):
+    cli("org", "fees", "--org", org.id, "--basis-points", "250", "--flat", "0.50")
+    for args in (("--basis-points", "100000"), ("--basis-points", "10001"), ("--flat", "100000.01"),
+                 ("--flat", "99999999999"), ("--basis-points", "10", "--flat", "1e3")):
+        line = _one_line_error(cli("org", "fees", "--org", org.id, *args, check=False))
+        assert "fee" in line or "--flat" in line, line
+    assert _fees(engine, org.id) == (250, 50), "a refused change changes nothing"
+
+    shown = cli("org", "fees", "--org", org.id)
+    assert shown.stdout.strip() == f"fees of {org.id}: 2.50% + 0.50 USD per reward"
+    assert json.loads(cli("org", "fees", "--org", org.id, "--json").stdout)["basis_points"] == 250
+    assert _fees(engine, org.id) == (250, 50), "showing the fees does not reset them"
+
+    cli("org", "fees", "--org", org.id, "--basis-points", "10000")  # 100 %: the most
+    assert _fees(engine, org.id) == (10000, 50), "an option not given keeps its fee"
+    cli("org", "fees", "--org", org.id, "--flat", "0", "--basis-points", "0")
+    assert _fees(engine, org.id) == (0, 0)
+
+
+# --- item 5: money as it is written ---------------------------------------------------------------
+
+def test_invoice_payment_and_topup_credit_print_two_decimals(org, http, cli):
+    invoice = ok(http.post("/invoices", json={"amount": 210.1}))["invoice"]
+    paid = cli("invoices", "pay", invoice["id"]).stdout
+    assert "credited 210.10 USD;" in paid, paid
+    topup = ok(http.post("/topups", json={"funding_source_id": org.funding_source_id,
+                                          "idempotency_key": unique("k"), "amount": 100.5}))["topup"]
+    credited = cli("topups", "credit", topup["id"]).stdout
+    assert f"credited top-up {topup['id']}: 100.50 USD;" in credited, credited
+    balance = f"{available_cents(http) // 100}.{available_cents(http) % 100:02d} USD"
+    assert credited.strip().endswith(f"balance {balance}"), credited
+
+
+def test_a_zero_decimal_currency_is_printed_in_whole_units(cli, engine, backend):
+    if backend != "sqlite":
+        pytest.skip("formatting only: one backend is enough")
+    created = cli("org", "create", "--name", "Yen", "--member-email", "yen@example.com", "--currency", "JPY")
+    assert "5000 JPY" in created.stdout and "5000.00 JPY" not in created.stdout, created.stdout
+
+
+# --- item 7: blank names and memos, unknown currencies --------------------------------------------
+
+def test_org_create_refuses_a_blank_name(cli, engine):
+    before = json.loads(cli("org", "list", "--json").stdout)["organizations"]
+    for name in ("", "   ", "x" * 201):
+        line = _one_line_error(cli("org", "create", "--name", name, "--member-email", "b@example.com", check=False))
+        assert "name" in line, line
+    assert json.loads(cli("org", "list", "--json").stdout)["organizations"] == before
+    created = json.loads(cli("org", "create", "--name", "  Trimmed  ", "--member-email", "t@example.com",
+                             "--json").stdout)
+    assert created["name"] == "Trimmed"
+
+
+def test_balance_fund_refuses_a_blank_memo(org, http, cli):
+    before = available_cents(http)
+    for memo in ("", "   "):
+        line = _one_line_error(cli("balance", "fund", "--org", org.id, "--amount", "5", "--memo", memo, check=False))
+        assert "--memo" in line, line
+    assert available_cents(http) == before
+
+
+# --- item 7: serve in production without a secret --------------------------------------------------
+
+def _serve_output(tmp_path: Path, env: dict) -> str:
+    """stderr of `largesse serve` on a new SQLite database, up to the moment it listens."""
+    port = free_port()
+    log = tmp_path / f"serve-{port}.log"
+    full_env = {k: v for k, v in os.environ.items() if k not in ("LARGESSE_SECRET_KEY", "PROMETHEUS_MULTIPROC_DIR")}
+    full_env.update({"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'prod.sqlite3'}", "LARGESSE_RUN_WORKER": "0",
+                     "LARGESSE_MAIL_DIR": str(tmp_path / "mail"), **env})
+    with open(log, "w") as out:
+        process = subprocess.Popen([LARGESSE, "serve", "--port", str(port)], env=full_env, cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        deadline = time.monotonic() + 60
+        while "Uvicorn running" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    return log.read_text()
+
+
+def test_serve_in_production_warns_once_without_a_secret_key(tmp_path):
+    unset = [line for line in _serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "production"}).splitlines()
+             if "LARGESSE_SECRET_KEY" in line]
+    assert len(unset) == 1 and "WARNING" in unset[0] and "Production must set LARGESSE_SECRET_KEY" in unset[0]
+    quiet = _serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "production", "LARGESSE_SECRET_KEY": "s3cret-value"})
+    assert "LARGESSE_SECRET_KEY" not in quiet and "s3cret-value" not in quiet
+
+
+# --- help texts ---------------------------------------------------------------------------------------
+
+def test_help_texts_show_plain_types_and_describe_every_command(tmp_path):
+    for command in (("serve",), ("org", "fees"), ("keys", "revoke"), ("keys", "create"), ("worker",),
+                    ("jobs", "retry"), ("ledger", "verify")):
+        text = _run(tmp_path, *command, "--help").stdout
+        for stray in ("<int>", "<str>", "<bool>", "%%"):
+            assert stray not in text, (command, stray, text)
+    assert "1<=x<=65535" in _run(tmp_path, "serve", "--help").stdout
+    members = _run(tmp_path, "members", "--help").stdout
+    assert [line for line in members.splitlines() if " list " in line and "members" in line], members
+    verify = _run(tmp_path, "ledger", "verify", "--help").stdout
+    assert "every money invariant" not in verify and "consistency, not history" in verify, verify
+    assert list(tmp_path.iterdir()) == []
