@@ -150,9 +150,7 @@ def amount_text(cents: int, currency_code: str) -> str:
     e.g. "210.10", "5000"; exact, never through a float."""
     from largesse.money import decimals_for, format_amount
 
-    if decimals_for(currency_code) == 0 and cents % 100 == 0:  # stored in hundredths like any other
-        return str(cents // 100)
-    return format_amount(cents)
+    return format_amount(cents, decimals=decimals_for(currency_code))
 
 
 def money_text(cents: int, currency_code: str) -> str:

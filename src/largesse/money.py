@@ -109,8 +109,10 @@ def to_wire(cents: int) -> int | float:
 
 
 def format_amount(cents: int, *, decimals: int = 2) -> str:
-    """Text for people ("1234.50"): exact at any size, never through a float."""
-    return f"{Decimal(cents).scaleb(-decimals):.{decimals}f}"
+    """Text for people ("1234.50"; "5000" for 500000 cents of a currency with decimals=0):
+    exact at any size, never through a float. Amounts are kept in hundredths of a unit in
+    every currency; a zero-decimal one's are whole units (to_cents refuses fractions)."""
+    return f"{Decimal(cents).scaleb(-2):.{decimals}f}"
 
 
 def percent_of(cents: int, basis_points: int) -> int:

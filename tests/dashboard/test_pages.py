@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from largesse import db
 from tests.dashboard.conftest import add_member, csrf_of, deliver_mail, signed_in, text_of
 from tests.factories import CHARITY_USD, GIFT_CARD_USD, make_campaign, make_field, ok, place
 
@@ -28,6 +29,22 @@ def test_every_page_answers_with_a_strict_csp(admin):
         csp = response.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "unsafe-inline" not in csp, path
         assert "<script>" not in response.text and " style=" not in response.text, path
+
+
+def test_a_zero_decimal_currency_is_shown_in_whole_units(engine, server):
+    """Amounts are kept in hundredths in every currency: the sandbox's 500000 of a JPY balance
+    are 5000 JPY, not 500000 (nor 5000.00)."""
+    from largesse.orgs import service as orgs
+
+    with db.write(engine) as conn:
+        created = orgs.create_org(conn, name="Tokyo", member_email="owner@tokyo.example", member_name="Owner",
+                                  sandbox=True, currency_code="JPY")
+    client = signed_in(engine, server.url, created.organization_id, created.member_id)
+    try:
+        text = text_of(client.get("/dashboard").text)
+    finally:
+        client.close()
+    assert "5000 JPY" in text and "500000" not in text, text
 
 
 def test_overview_shows_balance_and_this_months_rewards(admin, http, org):

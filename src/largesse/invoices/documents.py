@@ -14,7 +14,7 @@ CSV_COLUMNS = ["invoice_id", "organization", "organization_id", "po_number", "me
 
 def _amount(row) -> str:
     decimals = decimals_for(row.currency_code)
-    return format_amount(row.amount_cents // (100 if decimals == 0 else 1), decimals=decimals)
+    return format_amount(row.amount_cents, decimals=decimals)
 
 
 def _safe_cell(value: str) -> str:
