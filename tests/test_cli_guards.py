@@ -259,3 +259,43 @@ def test_help_texts_show_plain_types_and_describe_every_command(tmp_path):
     verify = _run(tmp_path, "ledger", "verify", "--help").stdout
     assert "every money invariant" not in verify and "consistency, not history" in verify, verify
     assert list(tmp_path.iterdir()) == []
+
+
+# --- serve's links follow its port ------------------------------------------------------------------
+
+def test_serve_links_name_its_own_port_without_a_public_url(tmp_path):
+    """Without LARGESSE_PUBLIC_URL, `serve --port N` puts http://127.0.0.1:N in its links (it
+    was always :8000, so every emailed link of a server on another port was dead)."""
+    import httpx
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LARGESSE_PUBLIC_URL", "LARGESSE_SECRET_KEY", "PROMETHEUS_MULTIPROC_DIR")}
+    env.update({"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'links.sqlite3'}", "LARGESSE_RUN_WORKER": "0",
+                "LARGESSE_ENVIRONMENT": "sandbox"})
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen([LARGESSE, "serve", "--host", "0.0.0.0", "--port", str(port)], env=env,
+                                   cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "Uvicorn running" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        created = subprocess.run([LARGESSE, "org", "create", "--name", "Links", "--member-email", "m@example.com",
+                                  "--json"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert created.returncode == 0, created.stderr
+        key = json.loads(created.stdout)["api_key"]
+        response = httpx.post(f"http://127.0.0.1:{port}/api/v2/orders", timeout=30,
+                              headers={"Authorization": f"Bearer {key}"},
+                              json={"payment": {"funding_source_id": "balance"}, "reward": {
+                                  "value": {"denomination": 5}, "products": ["PGCNWBOOKS01US"],
+                                  "recipient": {"name": "M", "email": "m@example.com"},
+                                  "delivery": {"method": "LINK"}}})
+        assert response.status_code == 200, response.text
+        link = response.json()["order"]["rewards"][0]["delivery"]["link"]
+        assert link.startswith(f"http://127.0.0.1:{port}/redeem/"), link
+        assert httpx.get(link, timeout=30).status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

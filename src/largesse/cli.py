@@ -63,6 +63,10 @@ def serve(
 
     # Each API process takes its share of LARGESSE_DB_CONCURRENCY (Settings.db_slots).
     os.environ["LARGESSE_API_PROCESSES"] = str(workers)
+    if not os.environ.get("LARGESSE_PUBLIC_URL"):
+        # Links in emails and responses point at this server (the API processes and the
+        # delivery children inherit it); behind a proxy or on another name, set it.
+        os.environ["LARGESSE_PUBLIC_URL"] = default_public_url(host, port)
     settings = load_settings()
     open_engine(settings).dispose()
     # Several processes (API workers, delivery children): metrics go through files in
@@ -113,6 +117,16 @@ def serve(
             supervisor.stop()
         if own_metrics_dir and metrics_dir:
             metrics.cleanup(metrics_dir)
+
+
+def default_public_url(host: str, port: int) -> str:
+    """http://HOST:PORT of `serve`; a wildcard address (0.0.0.0, ::) is not one a browser can
+    open, so links name 127.0.0.1 then."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    elif ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 @db_app.command("upgrade")
