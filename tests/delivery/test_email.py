@@ -76,6 +76,18 @@ def test_default_sender_is_the_organization_as_on_the_page(org, http, sink, fast
     assert message["Subject"] == "Acme sent you a $25.00 reward"
 
 
+def test_email_reads_on_a_phone_and_on_any_button_colour(org, http, sink, fast, drain):
+    """The card shrinks to the screen (no fixed 560 px), and the button's label takes the colour
+    that reads on the campaign's button (dark on yellow, as the redemption page does)."""
+    yellow = make_campaign(http, email_style={"button_color": "#FFEE00"})
+    _order(http, org.member_email, campaign_id=yellow["id"], products=None)
+    drain(fast(smtp_url=sink.url))
+    [message] = sink.handler.to(org.member_email)
+    _, html = _parts(message)
+    assert 'width="560"' not in html and "width:100%;max-width:560px" in html
+    assert "background:#FFEE00;color:#14171f;" in html
+
+
 def test_smtp_down_then_back_retries_then_succeeds(org, http, fast, engine):
     down = Sink()  # a free port with nobody listening yet
     settings = fast(smtp_url=down.url, smtp_timeout_seconds=2.0)

@@ -98,6 +98,17 @@ def _color(value, default: str) -> str:
     return value if isinstance(value, str) and CSS_COLOR.match(value) else default
 
 
+_HEX = re.compile(r"#(?:[0-9A-Fa-f]{3}|[0-9A-Fa-f]{6})")
+
+
+def _text_on(background: str) -> str:
+    """The button label's colour: the redemption page's choice (black or white, whichever reads
+    at 4.5:1) for a #hex background; white on a named colour."""
+    from largesse.redemption.style import text_color_for
+
+    return text_color_for(background) if _HEX.fullmatch(background) else "#ffffff"
+
+
 def _url(value) -> str | None:
     return value if isinstance(value, str) and value.startswith(("https://", "http://")) else None
 
@@ -168,6 +179,7 @@ def render(mail: RewardMail, *, link: str, mail_from_name: str) -> Rendered:
     headline = copy.headline or "You've received a reward"
     message = copy.message
     height = style.get("logo_image_height_px")
+    button = _color(style.get("button_color"), DEFAULT_BUTTON)
     context = {
         "subject": subject,
         "headline": headline,
@@ -179,7 +191,8 @@ def render(mail: RewardMail, *, link: str, mail_from_name: str) -> Rendered:
         "link": link,
         "expires_at": _date(mail.expires_at),
         "language": mail.language or "en",
-        "button_color": _color(style.get("button_color"), DEFAULT_BUTTON),
+        "button_color": button,
+        "button_text_color": _text_on(button),
         "logo_image_url": _url(style.get("logo_image_url")),
         "logo_background_color": _color(style.get("logo_background_color"), DEFAULT_LOGO_BACKGROUND),
         "logo_image_height_px": height if isinstance(height, int) and 0 < height <= 400 else 48,
