@@ -119,6 +119,9 @@ def test_charity_records_a_donation(org):
         client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": CHARITY})
         shown = client.get(link).text
     assert "Donation of $25.00 to Open Ocean Trust made on your behalf; confirmation DON-TEST-" in shown
+    # Said as a donation made: not "Your Open Ocean Trust", no "test code", no "confirm the donation" to do.
+    assert '<h1 id="headline">Your donation to Open Ocean Trust</h1>' in shown
+    assert "nothing was donated" in shown and "test code" not in shown and "confirm the donation" not in shown
 
 
 def test_double_redemption_race_issues_one_payout(org, engine):
