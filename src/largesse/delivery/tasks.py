@@ -163,18 +163,20 @@ def fail(ctx: Context, job, error: str, *, permanent: bool) -> str:
 
 class _Reads:
     """What the checks of a claimed batch read, in a few statements for the whole batch: the
-    rewards and their custom field values by id, each organization's fields and each campaign
-    once."""
+    rewards (with their organization's name) and their custom field values by id, each
+    organization's fields and each campaign once."""
 
     def __init__(self, conn, reward_ids: list[str]):
         self.conn = conn
         self.rewards, self.values = {}, {}
         self.fields: dict[str, list[str]] = {}
         self.campaigns: dict[tuple[str, str], object] = {}
-        self.org_names: dict[str, str] = {}
         if not reward_ids:
             return
-        self.rewards = {r.id: r for r in conn.execute(select(rewards).where(rewards.c.id.in_(reward_ids)))}
+        self.rewards = {r.id: r for r in conn.execute(
+            select(rewards, organizations.c.name.label("organization_name"))
+            .join(organizations, organizations.c.id == rewards.c.organization_id)
+            .where(rewards.c.id.in_(reward_ids)))}
         for row in conn.execute(select(reward_field_values.c.reward_id, reward_field_values.c.label,
                                        reward_field_values.c.value)
                                 .where(reward_field_values.c.reward_id.in_(reward_ids))):
@@ -184,12 +186,6 @@ class _Reads:
         if organization_id not in self.fields:
             self.fields[organization_id] = [f.label for f in fields_service.list_for(self.conn, organization_id)]
         return self.fields[organization_id]
-
-    def organization_name(self, organization_id: str) -> str:
-        if organization_id not in self.org_names:
-            self.org_names[organization_id] = self.conn.execute(
-                select(organizations.c.name).where(organizations.c.id == organization_id)).scalar() or ""
-        return self.org_names[organization_id]
 
     def campaign(self, organization_id: str, campaign_id: str):
         key = (organization_id, campaign_id)
@@ -266,7 +262,7 @@ def _gather(batch: _Reads, reward) -> compose.RewardMail:
         expires_at=reward.expires_at, language=reward.language, delivery_meta=reward.delivery_meta,
         email_style=campaign.email_style if campaign else None,
         webpage_style=campaign.webpage_style if campaign else None, field_values=values,
-        organization_name=batch.organization_name(reward.organization_id),
+        organization_name=reward.organization_name,  # read with the batch's rewards
     )
 
 
