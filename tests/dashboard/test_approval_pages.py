@@ -4,6 +4,8 @@ count, the policy form (administrators), scoping, roles and CSRF."""
 
 from __future__ import annotations
 
+import re
+
 from largesse import db
 from largesse.orders import approvals
 from largesse.orders.models import orders
@@ -93,8 +95,18 @@ def test_policy_form_sets_the_organizations_policy(admin, engine, org, http):
     for bad in ({"mode": "above", "above": "lots"}, {"mode": "above", "above": "1.234"}, {"mode": "sometimes"}):
         response = post(admin, "/dashboard/approvals", "/dashboard/approvals/policy", bad)
         assert response.status_code == 400, bad
-    assert "Amount must be a plain decimal number" in text_of(
+    assert "Amount: must be a number like 25, 25.50 or 1,000.50" in text_of(
         post(admin, "/dashboard/approvals", "/dashboard/approvals/policy", {"mode": "above", "above": "x"}).text)
+    # The dashboard's one amount rule: a comma separates thousands only, and what was typed stays.
+    refused = post(admin, "/dashboard/approvals", "/dashboard/approvals/policy", {"mode": "above", "above": "7,5"})
+    assert refused.status_code == 400 and "Amount: use a dot for decimals: 7.50" in text_of(refused.text)
+    assert 'name="above" inputmode="decimal" maxlength="20" value="7,5"' in refused.text
+    assert re.search(r'id="mode-above" name="mode" value="above" checked', refused.text)
+    response = post(admin, "/dashboard/approvals", "/dashboard/approvals/policy",
+                    {"mode": "above", "above": "1,000.50"})
+    assert response.status_code == 303
+    with db.read(engine) as conn:
+        assert approvals.get_policy(conn, org.id).above_cents == 100050
     response = post(admin, "/dashboard/approvals", "/dashboard/approvals/policy", {"mode": "off"})
     assert response.status_code == 303
     with db.read(engine) as conn:

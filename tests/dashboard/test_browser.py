@@ -134,6 +134,15 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_text("The reward is queued to be sent again").wait_for()
     assert page.get_by_role("button", name="Cancel reward").count() == 0  # its delivery is pending again
     page.goto(f"{base}/dashboard/rewards/{canceled['id']}")
+    # Irreversible: the browser asks first (dashboard.js, data-confirm); dismissing sends nothing.
+    posts, dialogs = [], []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    page.once("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.get_by_role("button", name="Cancel reward").click()
+    page.wait_for_timeout(300)
+    assert dialogs and dialogs[0].startswith(f"Cancel reward {canceled['id']}?"), dialogs
+    assert posts == [] and http.get(f"/rewards/{canceled['id']}").json()["reward"].get("redemption") is None
+    page.once("dialog", lambda d: d.accept())
     page.get_by_role("button", name="Cancel reward").click()
     page.get_by_text("The reward was canceled and refunded").wait_for()
 
@@ -167,6 +176,12 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_role("button", name="Create API key").click()
     key = page.get_by_label("Your new API key").input_value()
     assert key.startswith("LRG_SANDBOX_")
+    keys = page.get_by_role("button", name=re.compile("^Revoke key")).count()
+    page.reload()  # post/redirect/get: no second key, and this one is not shown again
+    page.get_by_text("It was shown once").wait_for()
+    assert page.get_by_label("Your new API key").count() == 0
+    assert page.get_by_role("button", name=re.compile("^Revoke key")).count() == keys
+    page.once("dialog", lambda d: d.accept())
     page.get_by_role("button", name=f"Revoke key {key[:16]}").click()
     page.get_by_text("API key revoked").wait_for()
     check(page, "developers")

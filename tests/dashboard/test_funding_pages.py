@@ -64,13 +64,20 @@ def test_a_paid_invoice_cannot_be_deleted_and_credits_a_second_currency(admin, h
 def test_invoice_form_shows_the_apis_errors(admin, http):
     for data, message in (({"amount": "12.345"}, "amount must have at most 2 decimal places"),
                           ({"amount": "0"}, "amount must be greater than 0"),
-                          ({"amount": "ten"}, "amount must be a plain decimal number"),
+                          ({"amount": "ten"}, "Amount: must be a number like 25, 25.50 or 1,000.50"),
+                          ({"amount": "7,5"}, "Amount: use a dot for decimals: 7.50"),
                           ({"currency": "JPY"}, "currency_code must be one of USD, EUR, GBP")):
         response = post(admin, "/dashboard/funding/invoices", "/dashboard/funding/invoices",
                         {"amount": "10", "currency": "USD", **data})
         assert response.status_code == 400, data
         assert message in text_of(response.text), (data, text_of(response.text))
+        typed = data.get("amount", "10")
+        assert f'name="amount" inputmode="decimal" required maxlength="30" value="{typed}"' in response.text
     assert ok(http.get("/invoices"))["total_count"] == 0
+    response = post(admin, "/dashboard/funding/invoices", "/dashboard/funding/invoices",
+                    {"amount": "1,250.50", "currency": "USD"})  # a comma between thousands only
+    assert response.status_code == 303
+    assert ok(http.get("/invoices"))["invoices"][0]["amount"] == 1250.5
 
 
 def test_topup_request_is_listed_and_replays(admin, http, org, engine):

@@ -15,26 +15,14 @@ import csv
 import hashlib
 import io
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 
 from pydantic import ValidationError
 
+from largesse.dashboard import forms
 from largesse.orders.schemas import CreateOrderIn, PaymentIn, RewardIn
 
 MAX_ROWS = 5000  # a dashboard upload is one order; the API caps a request body at 500 rewards
 REQUIRED_COLUMNS = ("name", "email", "amount")
-
-
-def amount(text: str) -> Decimal | None:
-    """The typed amount as an exact Decimal (the API's rules then judge it), or None."""
-    text = text.strip().replace(",", "")
-    if not text or len(text) > 20:
-        return None
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        return None
-    return value if value.is_finite() else None
 
 
 def pydantic_problems(exc: ValidationError) -> list[str]:
@@ -50,9 +38,10 @@ def reward_in(*, name: str, email: str, amount_text: str, products: list[str], c
               method: str = "EMAIL", message: str | None = None, custom_fields: list[dict] | None = None
               ) -> tuple[RewardIn | None, list[str]]:
     """(RewardIn, []) or (None, problems) for one recipient."""
-    value = amount(amount_text)
-    if value is None:
-        return None, ["amount: must be a number, like 25 or 25.50"]
+    try:
+        value = forms.read_amount(amount_text)  # the dashboard's one rule for typed amounts
+    except forms.AmountError as exc:
+        return None, [f"amount: {exc}"]
     data = {
         "value": {"denomination": value},
         "recipient": {"name": name or None, "email": email or None},

@@ -12,7 +12,9 @@ nor compute the HMAC; a value from one session is useless in another.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from email import policy
 from email.parser import BytesParser
 from urllib.parse import parse_qs
@@ -30,6 +32,40 @@ MAX_FIELDS = 400
 
 class FormTooLarge(Exception):
     pass
+
+
+# --- amounts ------------------------------------------------------------------------------------
+# The one rule for every amount typed in the dashboard (send one, CSV rows, approval threshold,
+# invoices, top-ups): a dot for decimals; a comma only as a strict thousands separator.
+_PLAIN = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_GROUPED = re.compile(r"-?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
+_DECIMAL_COMMA = re.compile(r"-?(?:[0-9]{1,3}(?:\.[0-9]{3})+|[0-9]+),([0-9]{1,2})")  # 7,5  25,50  1.000,50
+AMOUNT_HELP = "must be a number like 25, 25.50 or 1,000.50 (a dot for decimals, commas only between thousands)"
+
+
+class AmountError(ValueError):
+    """What is wrong with a typed amount, in words for the person who typed it."""
+
+
+def read_amount(text: str) -> Decimal:
+    """The typed amount, exactly, as a Decimal: plain decimals ("7.50", "1000") or a comma as a
+    strict thousands separator ("1,000", "12,345,678.90"). Anything else raises AmountError:
+    "7,5" is refused ("use a dot for decimals: 7.50"), never read as 75. Whether the amount is
+    acceptable (positive, decimals of the currency, not too large) stays the services' rule."""
+    text = text.strip()
+    if not text or len(text) > 30:
+        raise AmountError(AMOUNT_HELP)
+    if _PLAIN.fullmatch(text):
+        return Decimal(text)
+    if _GROUPED.fullmatch(text):
+        return Decimal(text.replace(",", ""))
+    match = _DECIMAL_COMMA.fullmatch(text)
+    if match:
+        whole = text[:match.start(1) - 1].replace(".", "")
+        fraction = match.group(1)
+        suggestion = f"{whole}.{fraction.ljust(2, '0')}"
+        raise AmountError(f"use a dot for decimals: {suggestion}")
+    raise AmountError(AMOUNT_HELP)
 
 
 @dataclass

@@ -9,11 +9,16 @@ render: rules live in the services.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import jinja2
 from starlette.concurrency import run_in_threadpool
@@ -31,6 +36,8 @@ TEMPLATES = jinja2.Environment(
     autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
 )
 PREFIX = "/dashboard"
+FLASH_COOKIE = "largesse_dashboard_flash"
+FLASH_SECONDS = 120
 
 
 def money(cents: int | None, currency: str = "USD") -> str:
@@ -58,6 +65,7 @@ class Ctx:
     nonce: str = ""
     new_nonce: bool = False
     csrf_key: bytes = b""
+    flash_out: tuple[str, str] | None = None  # (cookie path, value) to set; value "" clears it
 
     @property
     def query(self):
@@ -83,7 +91,41 @@ class Ctx:
         if self.new_nonce:
             response.set_cookie(forms.CSRF_COOKIE, self.nonce, httponly=True, samesite="lax", path=PREFIX,
                                 secure=self.secure)
+        if self.flash_out is not None:
+            path, value = self.flash_out
+            response.set_cookie(FLASH_COOKIE, value, max_age=FLASH_SECONDS if value else 0, httponly=True,
+                                samesite="lax", path=path, secure=self.secure)
         return response
+
+    # One-time values (a new API key, a new reward's links) across a post/redirect/get: the POST
+    # answers a redirect with a signed cookie scoped to the target page's path, valid
+    # FLASH_SECONDS; the first GET of that page shows it and clears the cookie, so a reload shows
+    # it no more and the POST is not repeated. Nothing is stored on the server (the database
+    # keeps only the key's or the link's hash); the value is bound to the session.
+    def _flash_mac(self, kind: str, body: str) -> str:
+        binding = f"dashboard-flash:{self.viewer.session_hash if self.viewer else ''}:{kind}:{body}"
+        return hmac.new(self.csrf_key, binding.encode(), hashlib.sha256).hexdigest()
+
+    def redirect_with_flash(self, url: str, kind: str, data) -> Response:
+        body = base64.urlsafe_b64encode(json.dumps({"exp": int(time.time()) + FLASH_SECONDS, "data": data},
+                                                   separators=(",", ":")).encode()).decode().rstrip("=")
+        self.flash_out = (urlsplit(url).path, f"{body}.{self._flash_mac(kind, body)}")
+        return self.redirect(url)
+
+    def take_flash(self, kind: str):
+        """The one-time value a redirect_with_flash left for this page, or None; consumed."""
+        raw = self.request.cookies.get(FLASH_COOKIE)
+        if not raw:
+            return None
+        self.flash_out = (self.request.url.path, "")  # shown once: the answer clears it
+        body, _, mac = raw.rpartition(".")
+        if not body or not hmac.compare_digest(mac, self._flash_mac(kind, body)):
+            return None
+        try:
+            value = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        except ValueError:
+            return None
+        return value.get("data") if isinstance(value, dict) and value.get("exp", 0) >= time.time() else None
 
     @property
     def secure(self) -> bool:

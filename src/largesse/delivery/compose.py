@@ -83,6 +83,18 @@ def fill_placeholders(text: str, values: dict[str, str]) -> str:
     return PLACEHOLDER.sub(replace, text)
 
 
+def unknown_placeholders(text: str | None, labels) -> list[str]:
+    """The placeholders in `text` that fill_placeholders leaves as written because no field
+    label matches them (case-insensitively), each once, in order of appearance."""
+    known = {label.lower() for label in labels}
+    found: list[str] = []
+    for match in PLACEHOLDER.finditer(text or ""):
+        name = match.group(1).strip()
+        if name.lower() not in known and name not in found:
+            found.append(name)
+    return found
+
+
 def format_value(cents: int, currency: str) -> str:
     amount = f"{cents // 100:,}.{cents % 100:02d}"
     symbol = SYMBOLS.get(currency)

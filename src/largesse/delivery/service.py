@@ -113,6 +113,14 @@ def _order_status(conn: Connection, order_id: str) -> str:
     return conn.execute(select(orders.c.status).where(orders.c.id == order_id)).scalar_one()
 
 
+def resendable(reward, *, now=None) -> bool:
+    """Whether resend_reward would take this reward now, for pages that offer the action
+    (resend_reward's checks and conditional update are the rule that counts): not a LINK
+    reward, still active (not past its expiry), and its delivery FAILED."""
+    return (reward.delivery_method != "LINK" and lifecycle.status(reward, at=now or utcnow()) == "ACTIVE"
+            and reward.delivery_status == "FAILED")
+
+
 def resend_reward(engine: Engine, settings: Settings, *, org: str, reward_id: str, updated_email: str | None,
                   updated_phone: str | None) -> None:
     """Queue a new delivery of a reward whose delivery FAILED, optionally to a new address."""

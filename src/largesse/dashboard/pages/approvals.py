@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from sqlalchemy import func, select
 
 from largesse import db
-from largesse.dashboard import access
+from largesse.dashboard import access, forms
 from largesse.dashboard.web import route, when
 from largesse.errors import ApiError
 from largesse.money import MoneyError, decimals_for, format_amount, to_cents
@@ -55,7 +55,7 @@ def decision_of(conn, order) -> dict | None:
     return None
 
 
-def _page(ctx, status: int = 200, *, error: str | None = None):
+def _page(ctx, status: int = 200, *, error: str | None = None, entered: dict | None = None):
     org = ctx.viewer.organization_id
     notice = NOTICES.get(ctx.arg("done", max_length=20))
     decided = ctx.arg("decided", max_length=64)
@@ -71,6 +71,9 @@ def _page(ctx, status: int = 200, *, error: str | None = None):
     above = ""
     if policy is not None and policy.above_cents is not None:
         above = format_amount(policy.above_cents, decimals=decimals_for(ctx.viewer.currency_code))
+    if policy is not None and entered:  # after an error: the form as it was sent
+        above = entered["above"]
+        policy = approvals.Policy(entered["mode"] or policy.mode, policy.above_cents, entered["api_allowed"])
     return ctx.render("approvals.html", status, title="Approvals", waiting=waiting, queue_size=QUEUE_SIZE,
                       policy=policy, above=above, modes=MODE_CHOICES, error=error,
                       notice=notice)
@@ -105,20 +108,21 @@ def reject(ctx, order_id: str):
 @route(router, "POST", "/approvals/policy", action="settings")
 def save_policy(ctx):
     mode = ctx.form.get("mode", max_length=10)
-    above_text = ctx.form.get("above", max_length=20)
+    above_text = ctx.form.get("above", max_length=30)
+    entered = {"mode": mode, "above": above_text, "api_allowed": ctx.form.get("api_allowed") == "yes"}
     above_cents = None
     if mode == "above":
         try:
-            above_cents = to_cents(above_text, decimals=decimals_for(ctx.viewer.currency_code))
-        except MoneyError as exc:
-            return _page(ctx, 400, error=f"Amount {exc}")
+            above_cents = to_cents(forms.read_amount(above_text), decimals=decimals_for(ctx.viewer.currency_code))
+        except (forms.AmountError, MoneyError) as exc:
+            return _page(ctx, 400, error=f"Amount: {exc}", entered=entered)
         if above_cents < 0:
-            return _page(ctx, 400, error="Amount must be 0 or more")
+            return _page(ctx, 400, error="Amount: must be 0 or more", entered=entered)
     try:
         with db.write(ctx.engine) as conn:  # `largesse org approvals` calls the same
             approvals.set_policy(conn, ctx.viewer.organization_id, mode=mode, above_cents=above_cents,
-                                 api_allowed=ctx.form.get("api_allowed") == "yes")
+                                 api_allowed=entered["api_allowed"])
     except ValueError as exc:
-        return _page(ctx, 400, error=str(exc))
+        return _page(ctx, 400, error=str(exc), entered=entered)
     return ctx.redirect("/dashboard/approvals?done=policy")
 

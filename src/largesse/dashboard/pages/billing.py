@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from largesse import db
-from largesse.dashboard import access
+from largesse.dashboard import access, forms
 from largesse.dashboard.web import TEMPLATES, route
 from largesse.errors import ApiError
 from largesse.funding import service as funding
@@ -68,9 +68,13 @@ def create_invoice(ctx):
     entered = {"amount": ctx.form.get("amount", max_length=30), "currency": ctx.form.get("currency", max_length=3),
                "po_number": ctx.form.get("po_number", max_length=200),
                "memo": ctx.form.get("memo", max_length=1000)}
+    try:
+        amount = forms.read_amount(entered["amount"])  # the dashboard's one rule for typed amounts
+    except forms.AmountError as exc:
+        return _invoices(ctx, 400, error=f"Amount: {exc}", entered=entered)
     try:  # POST /invoices's rules: currency, amount read exactly, > 0, not too large
         with db.write(ctx.engine) as conn:
-            invoices.create(conn, org=ctx.viewer.organization_id, amount=entered["amount"],
+            invoices.create(conn, org=ctx.viewer.organization_id, amount=amount,
                             currency_code=entered["currency"] or None, currency=None,
                             po_number=entered["po_number"] or None, memo=entered["memo"] or None)
     except ApiError as exc:
@@ -131,9 +135,13 @@ def request_topup(ctx):
     key = ctx.form.get("idempotency_key", max_length=200)
     if not key:
         return _topups(ctx, 400, error="The form is incomplete: reload the page and send it again.", entered=entered)
+    try:
+        amount = forms.read_amount(entered["amount"])  # the dashboard's one rule for typed amounts
+    except forms.AmountError as exc:
+        return _topups(ctx, 400, error=f"Amount: {exc}", entered=entered)
     try:  # POST /topups's rules: one of the organization's balances, amount exact, > 0; the key replays
         created = topups.create(ctx.engine, org=ctx.viewer.organization_id, funding_source_id=entered["source"],
-                                idempotency_key=key, amount=entered["amount"])
+                                idempotency_key=key, amount=amount)
     except ApiError as exc:
         return _topups(ctx, exc.status_code, error=exc.message, entered=entered)
     return ctx.redirect(f"/dashboard/funding/topups?done={'replayed' if created.replay else 'requested'}")

@@ -24,6 +24,7 @@ from largesse.dashboard import access, bulk, forms
 from largesse.dashboard.web import route
 from largesse.delivery import compose
 from largesse.errors import ApiError
+from largesse.fields import service as fields_service
 from largesse.redemption import security
 from largesse.redemption import service as redemption
 from largesse.redemption.endpoints import templates as redemption_templates
@@ -83,13 +84,30 @@ def _preview_query(typed: dict) -> str:
     return urlencode(pairs)
 
 
+# The texts whose {{ placeholders }} are filled with the reward's custom fields (delivery/compose.py).
+PLACEHOLDER_TEXTS = (("webpage_style", "headline", "Page headline"), ("webpage_style", "message", "Page message"),
+                     ("email_style", "subject_line", "Email subject"))
+
+
+def _placeholder_warnings(typed: dict, labels: list[str]) -> list[str]:
+    """Placeholders no custom field fills (compose.unknown_placeholders: the composer's own rule)."""
+    out = []
+    for style, key, name in PLACEHOLDER_TEXTS:
+        unknown = compose.unknown_placeholders(typed[style].get(key), labels)
+        if unknown:
+            out.append(f"{name}: " + ", ".join("{{ " + u + " }}" for u in unknown))
+    return out
+
+
 def _editor(ctx, typed: dict, *, campaign=None, status: int = 200, errors: list[str] | None = None):
     with db.read(ctx.engine) as conn:
         products = catalog.list_active(conn)
+        labels = [f.label for f in fields_service.list_for(conn, ctx.viewer.organization_id)]
     return ctx.render("campaign.html", status, headers={"Content-Security-Policy": EDIT_CSP},
                       title=f"Campaign {campaign.name}" if campaign else "New campaign", campaign=campaign,
                       typed=typed, products=products, errors=errors or [], preview_query=_preview_query(typed),
-                      notice="Campaign saved." if ctx.arg("done", max_length=10) == "saved" else None)
+                      notice="Campaign saved." if ctx.arg("done", max_length=10) == "saved" else None,
+                      placeholder_warnings=_placeholder_warnings(typed, labels), labels=labels)
 
 
 @route(router, "GET", "/campaigns")

@@ -39,6 +39,12 @@ def _page(ctx, status: int = 200, *, error: str | None = None, new_key: str | No
 
 @route(router, "GET", "/developers", action="admin")
 def developers(ctx):
+    if ctx.arg("done", max_length=20) == "created":
+        new_key = ctx.take_flash("api_key")  # shown on this first view only
+        if new_key:
+            return _page(ctx, new_key=new_key, notice="API key created. Copy it now: it will not be shown again.")
+        return _page(ctx, notice="API key created. It was shown once and cannot be shown again; "
+                                 "if you did not copy it, revoke it and create another.")
     return _page(ctx)
 
 
@@ -50,8 +56,9 @@ def create_key(ctx):
     label = ctx.form.get("label", max_length=200) or None
     with db.write(ctx.engine) as conn:
         _, key = auth.issue_key(conn, organization_id=ctx.viewer.organization_id, permission=permission, label=label)
-    # Shown once, in this response only: only its hash is stored.
-    return _page(ctx, new_key=key, notice="API key created. Copy it now: it will not be shown again.")
+    # Only its hash is stored: the key reaches the next page once (post/redirect/get, so a
+    # reload neither creates a second key nor shows this one again).
+    return ctx.redirect_with_flash("/dashboard/developers?done=created", "api_key", key)
 
 
 @route(router, "POST", "/developers/keys/{key_id}/revoke", action="admin")

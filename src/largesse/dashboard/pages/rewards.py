@@ -74,8 +74,9 @@ def show_order(ctx, order_id: str):
         order = access.owned(conn, ctx.viewer, orders, order_id)
         rows, more = browse.page_order_rewards(conn, order.id, before=_before(ctx), limit=PAGE_SIZE)
         decision = approvals_page.decision_of(conn, order)
+    new_links = ctx.take_flash("links") or []  # right after "Send rewards" with a link: shown once
     return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows, decision=decision,
-                      pager=_pager(ctx, browse.cursor_of(rows[-1]) if more else None))
+                      pager=_pager(ctx, browse.cursor_of(rows[-1]) if more else None), new_links=new_links)
 
 
 @route(router, "GET", "/rewards")
@@ -90,25 +91,31 @@ def list_rewards(ctx):
         delivery_status=delivery_status if delivery_status in browse.DELIVERY_STATUSES else None,
         campaign_id=ctx.arg("campaign", max_length=20) or None, created_gte=gte, created_lt=lt,
         fields=[(label, value)] if label and value else [])
+    # A value without a field would be ignored (the filter is one field's value): ask for the
+    # field instead of listing every reward as if it matched.
+    field_needed = bool(value and not label)
     with db.read(ctx.engine) as conn:
-        rows, more = browse.page_rewards(conn, org, flt, before=_before(ctx), limit=PAGE_SIZE)
+        rows, more = ([], False) if field_needed else browse.page_rewards(conn, org, flt, before=_before(ctx),
+                                                                            limit=PAGE_SIZE)
         campaigns = campaigns_service.list_for(conn, org)
         fields = fields_service.list_for(conn, org)
     pager = _pager(ctx, browse.cursor_of(rows[-1]) if more else None)
-    return ctx.render("rewards.html", title="Rewards", rows=rows, pager=pager, flt=flt,
-                      campaigns=campaigns, fields=fields, statuses=browse.REWARD_STATUSES,
-                      delivery_statuses=browse.DELIVERY_STATUSES, start=start, end=end, label=label, value=value)
+    return ctx.render("rewards.html", title="Rewards", rows=rows, pager=pager,
+                      flt=flt, campaigns=campaigns, fields=fields, statuses=browse.REWARD_STATUSES,
+                      delivery_statuses=browse.DELIVERY_STATUSES, start=start, end=end, label=label, value=value,
+                      field_needed=field_needed)
 
 
 def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = None, notice: str | None = None,
-                 link: str | None = None):
+                 link: str | None = None, resend_email: str = ""):
     with db.read(ctx.engine) as conn:
         reward = access.owned(conn, ctx.viewer, rewards, reward_id)
         history = browse.history(conn, reward.id)
         values = browse_values(conn, reward.id)
     cancelable = delivery.cancelable(reward, any_delivery=ctx.settings.cancel_any_unredeemed)
     return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, history=history,
-                      values=values, error=error, notice=notice, link=link, cancelable=cancelable)
+                      values=values, error=error, notice=notice, link=link, cancelable=cancelable,
+                      resendable=delivery.resendable(reward), resend_email=resend_email)
 
 
 def browse_values(conn, reward_id: str) -> list:
@@ -124,13 +131,13 @@ def show_reward(ctx, reward_id: str):
     return _show_reward(ctx, reward_id, notice=NOTICES.get(ctx.arg("done", max_length=20)))
 
 
-def _act(ctx, reward_id: str, action, done: str):
+def _act(ctx, reward_id: str, action, done: str, **entered):
     with db.read(ctx.engine) as conn:
         access.owned(conn, ctx.viewer, rewards, reward_id)  # 404 for another organization's reward
     try:
         action()
-    except ApiError as exc:
-        return _show_reward(ctx, reward_id, status=exc.status_code, error=exc.message)
+    except ApiError as exc:  # the page again, with what was typed
+        return _show_reward(ctx, reward_id, status=exc.status_code, error=exc.message, **entered)
     return ctx.redirect(f"/dashboard/rewards/{reward_id}?done={done}")
 
 
@@ -139,7 +146,7 @@ def resend(ctx, reward_id: str):
     email = ctx.form.get("email", max_length=320) or None
     return _act(ctx, reward_id, lambda: delivery.resend_reward(
         ctx.engine, ctx.settings, org=ctx.viewer.organization_id, reward_id=reward_id, updated_email=email,
-        updated_phone=None), "resent")
+        updated_phone=None), "resent", resend_email=email or "")
 
 
 @route(router, "POST", "/rewards/{reward_id}/cancel", action="send")

@@ -74,7 +74,12 @@ def send_one(ctx):
             body=bulk.order_in([reward], single=True))
     except ApiError as exc:
         return _form_page(ctx, exc.status_code, bulk.flatten(exc.payload) or [exc.message], **entered)
-    return ctx.redirect(f"/dashboard/orders/{placed.order['id']}")
+    target = f"/dashboard/orders/{placed.order['id']}"
+    links = [{"reward": r["id"], "link": r["delivery"]["link"]} for r in placed.order["rewards"]
+             if (r.get("delivery") or {}).get("link")]
+    if links:  # a LINK reward: its link, which only this response holds, on the order's page once
+        return ctx.redirect_with_flash(target, "links", links)
+    return ctx.redirect(target)
 
 
 # --- CSV ----------------------------------------------------------------------------------------

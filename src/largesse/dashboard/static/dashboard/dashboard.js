@@ -1,9 +1,15 @@
 // Progressive enhancement only: every form works without this file.
+// A form with data-confirm (cancel a reward, reject an order, remove a member, revoke a key,
+// generate a new link) asks first; dismissing the question sends nothing.
 // A submit button with data-busy shows that text and is disabled while the request runs
 // (placing an order of 5,000 rewards takes a few seconds), and a .progress element in the
 // same form announces it to screen readers.
 document.addEventListener("submit", function (event) {
   var form = event.target;
+  if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+    event.preventDefault();
+    return;
+  }
   var button = event.submitter || form.querySelector("button[data-busy]");
   if (!button || !button.dataset.busy) return;
   window.setTimeout(function () { button.disabled = true; }, 0);  // after the browser read the form
