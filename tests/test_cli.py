@@ -53,6 +53,13 @@ def test_added_member_becomes_an_allowed_recipient(org, http, cli):
     assert {m["email"] for m in members} == {org.member_email, email}
     again = cli("members", "add", "--org", org.id, "--email", email.upper(), check=False)
     assert again.returncode != 0 and "already" in again.stderr
+    assert added["role"] == "ADMIN"
+    viewer = f"viewer-{secrets.token_hex(3)}@example.com"  # a test recipient needs no dashboard rights
+    assert _json(cli("members", "add", "--org", org.id, "--email", viewer, "--role", "viewer", "--json"))["role"] \
+        == "VIEWER"
+    ok(http.post("/orders", json=order_body(viewer)))
+    refused = cli("members", "add", "--org", org.id, "--email", "x@example.com", "--role", "OWNER", check=False)
+    assert refused.returncode == 1 and "Unknown role" in refused.stderr
 
 
 def test_keys_create_list_revoke(org, cli):

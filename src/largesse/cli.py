@@ -290,17 +290,26 @@ def org_fees(org: OrgOption,
 
 @members_app.command("add")
 def members_add(org: OrgOption, email: Annotated[str, typer.Option("--email")],
-                name: Annotated[str | None, typer.Option("--name")] = None, as_json: JsonFlag = False):
+                name: Annotated[str | None, typer.Option("--name")] = None,
+                role: Annotated[str, typer.Option("--role", help="ADMIN, MEMBER or VIEWER (GET /roles); a "
+                                                  "sandbox test recipient needs no more than VIEWER")] = "ADMIN",
+                as_json: JsonFlag = False):
     """Add a member (in the sandbox, members are the only allowed recipients)."""
+    from largesse.errors import ApiError
+    from largesse.orgs import roles
     from largesse.orgs import service as orgs
 
     try:
+        role = roles.check_role(role)
+    except ApiError as exc:
+        fail(exc.message)
+    try:
         with db.write(open_engine()) as conn:
             require_org(conn, org)
-            member_id = orgs.add_member(conn, organization_id=org, email=email, name=name)
+            member_id = orgs.add_member(conn, organization_id=org, email=email, name=name, role=role)
     except orgs.OrgError as exc:
         fail(str(exc))
-    emit({"member_id": member_id, "email": email}, as_json, f"member {member_id}  {email}")
+    emit({"member_id": member_id, "email": email, "role": role}, as_json, f"member {member_id}  {email}  {role}")
 
 
 @members_app.command("list")
