@@ -54,7 +54,7 @@ def check(page, name: str) -> None:
                            .map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '));
     }""")
     assert result == [], f"{name}: {result}"
-    width = VIEWPORTS[page.viewport_name]["width"]
+    width = page.viewport_size["width"]
     assert page.evaluate("document.documentElement.scrollWidth") <= width, f"{name} scrolls sideways"
     if SHOTS and page.viewport_name == "desktop":
         page.screenshot(path=str(Path(SHOTS) / f"dashboard-{name}.png"), full_page=True)
@@ -263,3 +263,55 @@ def test_approvals_funding_and_reports_journey(dashboard_page, engine, server, o
     content = Path(download.value.path()).read_text()
     assert content.startswith("reward_id,") and waiting["rewards"][0]["id"] in content
     assert page.problems == [], page.problems
+
+
+def test_fraud_review_on_a_small_phone(browser, engine, server, org):
+    """A redemption held by a fraud rule, at 375 px: the overview's count, the Reviews list, the
+    reward's "Under review", then Release (confirmed) from the review's page; axe-core each time."""
+    from largesse import db
+    from largesse.dashboard import signin
+    from tests.dashboard.conftest import member_id
+    from tests.dashboard.test_review_pages import held
+
+    def strict(name: str) -> None:  # check(), and then no axe violation of any impact
+        check(page, name)
+        found = page.evaluate("""async () => (await axe.run(document, {resultTypes: ['violations']}))
+            .violations.map(v => v.impact + ' ' + v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))""")
+        assert found == [], f"{name}: {found}"
+
+    reward_id, _, _ = held(org)
+    context = browser.new_context(viewport={"width": 375, "height": 812},
+                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
+    context.add_init_script(path=str(AXE))
+    page = context.new_page()
+    problems = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.viewport_name = "phone-375"
+    base = server.url
+    try:
+        with db.write(engine) as conn:
+            token = signin.issue_token(conn, member_id=member_id(engine, org.id, org.member_email),
+                                       organization_id=org.id)
+        page.goto(signin.signin_link(base, token))
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{base}/dashboard")
+        page.get_by_role("link", name="1 redemption held by a fraud rule").click()
+        page.wait_for_url(re.compile(r"/dashboard/reviews\?status=flagged$"))
+        assert page.get_by_role("button", name=f"Release reward {reward_id}").is_visible()
+        strict("reviews")
+        page.goto(f"{base}/dashboard/rewards/{reward_id}")
+        assert page.get_by_text("Disallowed IP").first.is_visible()
+        strict("reward-under-review")
+        page.get_by_role("link", name=f"Open the review of reward {reward_id}").click()
+        page.wait_for_url(f"{base}/dashboard/reviews/{reward_id}")
+        strict("review")
+        dialogs = []
+        page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+        page.get_by_role("button", name=f"Release reward {reward_id}").click()
+        page.get_by_text(f"Reward {reward_id} released").wait_for()
+        assert dialogs and dialogs[0].startswith(f"Release reward {reward_id}?"), dialogs
+        strict("review-released")
+        assert problems == [], problems
+    finally:
+        context.close()

@@ -17,6 +17,7 @@ from largesse.dashboard.pages import (
     funding,
     overview,
     reports,
+    reviews,
     rewards,
     send,
     team,
@@ -24,7 +25,7 @@ from largesse.dashboard.pages import (
 from largesse.dashboard.web import PREFIX, not_found_page
 
 STATIC = Path(__file__).parent / "static" / "dashboard"
-PAGES = (auth, overview, send, rewards, approvals, campaigns, funding, billing, reports, team, developers)
+PAGES = (auth, overview, send, rewards, approvals, reviews, campaigns, funding, billing, reports, team, developers)
 
 
 def install(app: FastAPI) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from largesse import db
+from largesse.dashboard.pages import reviews
 from largesse.dashboard.pages.approvals import waiting_count
 from largesse.dashboard.web import route
 from largesse.funding import service as funding
@@ -24,8 +25,9 @@ def overview(ctx):
         recent, _ = browse.page_orders(conn, org, campaign_id=None, created_gte=None, created_lt=None,
                                        before=None, limit=5)
         waiting = waiting_count(conn, org) if ctx.viewer.may("approve") else None
+        held = reviews.waiting_count(conn, org) if ctx.viewer.may("approve") else None
     return ctx.render("overview.html", title="Overview", balances=balances, counts=counts, recent=recent,
-                      waiting=waiting, month=month_start.strftime("%B %Y"))
+                      waiting=waiting, held=held, month=month_start.strftime("%B %Y"))
 
 
 @route(router, "GET", "/", action=None)

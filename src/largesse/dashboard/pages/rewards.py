@@ -12,6 +12,7 @@ from largesse import db
 from largesse.campaigns import service as campaigns_service
 from largesse.dashboard import access
 from largesse.dashboard.pages import approvals as approvals_page
+from largesse.dashboard.pages import reviews as reviews_page
 from largesse.dashboard.web import route
 from largesse.delivery import service as delivery
 from largesse.errors import ApiError
@@ -74,9 +75,11 @@ def show_order(ctx, order_id: str):
         order = access.owned(conn, ctx.viewer, orders, order_id)
         rows, more = browse.page_order_rewards(conn, order.id, before=_before(ctx), limit=PAGE_SIZE)
         decision = approvals_page.decision_of(conn, order)
+        under_review = reviews_page.flagged_among(conn, order.organization_id, [r.id for r in rows])
     new_links = ctx.take_flash("links") or []  # right after "Send rewards" with a link: shown once
     return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows, decision=decision,
-                      pager=_pager(ctx, browse.cursor_of(rows[-1]) if more else None), new_links=new_links)
+                      pager=_pager(ctx, browse.cursor_of(rows[-1]) if more else None), new_links=new_links,
+                      under_review=under_review)
 
 
 @route(router, "GET", "/rewards")
@@ -99,11 +102,12 @@ def list_rewards(ctx):
                                                                             limit=PAGE_SIZE)
         campaigns = campaigns_service.list_for(conn, org)
         fields = fields_service.list_for(conn, org)
+        under_review = reviews_page.flagged_among(conn, org, [r.id for r in rows])
     pager = _pager(ctx, browse.cursor_of(rows[-1]) if more else None)
     return ctx.render("rewards.html", title="Rewards", rows=rows, pager=pager,
                       flt=flt, campaigns=campaigns, fields=fields, statuses=browse.REWARD_STATUSES,
                       delivery_statuses=browse.DELIVERY_STATUSES, start=start, end=end, label=label, value=value,
-                      field_needed=field_needed)
+                      field_needed=field_needed, under_review=under_review)
 
 
 def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = None, notice: str | None = None,
@@ -112,10 +116,11 @@ def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = 
         reward = access.owned(conn, ctx.viewer, rewards, reward_id)
         history = browse.history(conn, reward.id)
         values = browse_values(conn, reward.id)
+        review = reviews_page.review_of(conn, reward.organization_id, reward.id)  # held by a fraud rule?
     cancelable = delivery.cancelable(reward, any_delivery=ctx.settings.cancel_any_unredeemed)
     return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, history=history,
                       values=values, error=error, notice=notice, link=link, cancelable=cancelable,
-                      resendable=delivery.resendable(reward), resend_email=resend_email)
+                      resendable=delivery.resendable(reward), resend_email=resend_email, review=review)
 
 
 def browse_values(conn, reward_id: str) -> list:
