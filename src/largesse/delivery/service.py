@@ -174,25 +174,66 @@ def resend_reward(engine: Engine, settings: Settings, *, org: str, reward_id: st
         job_queue.enqueue(conn, kind="deliver_reward", organization_id=org, reward_id=reward_id)
 
 
+def _pending_refusal(what: str, order_status: str) -> Forbidden | None:
+    if order_status == PENDING_APPROVAL:
+        # 403: what generate_reward_link decodes; no link may work before the approval.
+        return Forbidden(f"{what}; links are available once the order is approved",
+                         {"id": ["its order is pending approval"]})
+    return None
+
+
+def _link_refusal(reward, *, order_status: str, now) -> Forbidden | None:
+    """Why no link may be issued for this reward now, or None: the one rule of generate_link
+    and generate_order_links. LINK rewards only, not while the order waits for approval, not
+    canceled or expired ones (403 again: their link could only say so, 410); a redeemed
+    reward's link still shows the payout."""
+    if reward.delivery_method != "LINK":
+        return Forbidden(f"Links can only be generated for LINK rewards; this one is {reward.delivery_method}",
+                         {"id": [f"is delivered by {reward.delivery_method}"]})
+    refusal = _pending_refusal(f"Reward {reward.id} belongs to an order pending approval", order_status)
+    if refusal is not None:
+        return refusal
+    status = lifecycle.status(reward, at=now)
+    if status in ("CANCELED", "EXPIRED"):
+        return Forbidden(f"Reward {reward.id} is {status.lower()}; its links no longer work",
+                         {"id": [f"is {status.lower()}"]})
+    return None
+
+
 def generate_link(engine: Engine, settings: Settings, *, org: str, reward_id: str) -> str:
     """A fresh redemption link for a LINK reward. Earlier links stay valid: the one in the
     create response may already be in the recipient's hands (docs/delivery.md)."""
     with db.write(engine) as conn:
         reward = _reward_or_404(conn, org, reward_id)
-        if reward.delivery_method != "LINK":
-            raise Forbidden(f"Links can only be generated for LINK rewards; this one is {reward.delivery_method}",
-                            {"id": [f"is delivered by {reward.delivery_method}"]})
-        if _order_status(conn, reward.order_id) == PENDING_APPROVAL:
-            # 403: what generate_reward_link decodes; no link may work before the approval.
-            raise Forbidden(f"Reward {reward_id} belongs to an order pending approval; links are "
-                            "available once the order is approved", {"id": ["its order is pending approval"]})
-        status = lifecycle.status(reward, at=utcnow())
-        if status in ("CANCELED", "EXPIRED"):
-            # 403 again: its link could only say so (410); a redeemed reward's link still shows the payout.
-            raise Forbidden(f"Reward {reward_id} is {status.lower()}; its links no longer work",
-                            {"id": [f"is {status.lower()}"]})
+        refusal = _link_refusal(reward, order_status=_order_status(conn, reward.order_id), now=utcnow())
+        if refusal is not None:
+            raise refusal
         token = tokens.issue(conn, reward_id)
     return tokens.link(settings.public_url, token)
+
+
+def generate_order_links(engine: Engine, settings: Settings, *, org: str, order_id: str) -> list[tuple]:
+    """A fresh redemption link for every ACTIVE LINK reward of an order, in one transaction:
+    [(reward row, link)] in the order's reward order. generate_link's rule for each reward
+    (_link_refusal): the whole order is refused while it waits for approval; canceled and
+    expired rewards are left out, and so are redeemed ones (their recipient already used a
+    link; generate_link still gives one on request). Earlier links stay valid; only the new
+    tokens' hashes are stored. 403 when no reward qualifies."""
+    with db.write(engine) as conn:
+        order = db.owned_or_404(conn, orders, org, order_id, "Order")
+        refusal = _pending_refusal(f"Order {order_id} is pending approval", order.status)
+        if refusal is not None:
+            raise refusal
+        now = utcnow()
+        found = conn.execute(select(rewards).where(rewards.c.order_id == order.id, rewards.c.delivery_method == "LINK")
+                             .order_by(rewards.c.created_at, rewards.c.id)).all()
+        chosen = [r for r in found
+                  if r.status != "REDEEMED" and _link_refusal(r, order_status=order.status, now=now) is None]
+        if not chosen:
+            raise Forbidden(f"Order {order_id} has no active LINK reward; there is no link to issue",
+                            {"id": ["has no active LINK reward"]})
+        issued = tokens.issue_many(conn, [r.id for r in chosen])
+    return [(r, tokens.link(settings.public_url, issued[r.id])) for r in chosen]
 
 
 def expire_due(engine: Engine, *, now=None) -> int:

@@ -17,8 +17,9 @@ def _amount(row) -> str:
     return format_amount(row.amount_cents, decimals=decimals)
 
 
-def _safe_cell(value: str) -> str:
-    # A cell starting with = + - @ is a formula to a spreadsheet: quote it (CSV injection).
+def safe_cell(value: str) -> str:
+    """The cell as text a spreadsheet will not run: one starting with = + - @ (or a tab or CR) is
+    a formula to it, so it gets a leading quote (CSV injection). Also used by the dashboard's CSVs."""
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
@@ -26,7 +27,7 @@ def to_csv(row) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
-    writer.writerow([_safe_cell(str(v)) for v in (
+    writer.writerow([safe_cell(str(v)) for v in (
         row.id, row.organization_name, row.organization_id, row.po_number or "", row.memo or "", _amount(row),
         row.currency_code, row.status, iso(row.created_at), iso(row.paid_at) or "")])
     return out.getvalue()

@@ -1,12 +1,17 @@
 """Orders and rewards: lists with filters and pages, a reward's history, and its actions
-(resend, cancel, generate a link) through delivery/service.py, as the API's endpoints do."""
+(resend, cancel, generate a link; an order's links as CSV) through delivery/service.py, as the
+API's endpoints do."""
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import date, datetime, timedelta
 from urllib.parse import urlencode
 
 from fastapi import APIRouter
+from sqlalchemy import exists, select
+from starlette.responses import Response
 
 from largesse import db
 from largesse.campaigns import service as campaigns_service
@@ -17,6 +22,8 @@ from largesse.dashboard.web import route
 from largesse.delivery import service as delivery
 from largesse.errors import ApiError
 from largesse.fields import service as fields_service
+from largesse.invoices import documents
+from largesse.money import decimals_for, format_amount
 from largesse.orders import browse
 from largesse.orders.models import orders, rewards
 
@@ -69,17 +76,55 @@ def list_orders(ctx):
                       campaign_id=campaign_id or "", start=start, end=end)
 
 
-@route(router, "GET", "/orders/{order_id}")
-def show_order(ctx, order_id: str):
+def _show_order(ctx, order_id: str, *, status: int = 200, error: str | None = None, new_links=()):
     with db.read(ctx.engine) as conn:
         order = access.owned(conn, ctx.viewer, orders, order_id)
         rows, more = browse.page_order_rewards(conn, order.id, before=_before(ctx), limit=PAGE_SIZE)
         decision = approvals_page.decision_of(conn, order)
         under_review = reviews_page.flagged_among(conn, order.organization_id, [r.id for r in rows])
-    new_links = ctx.take_flash("links") or []  # right after "Send rewards" with a link: shown once
-    return ctx.render("order.html", title=f"Order {order.id}", order=order, rows=rows, decision=decision,
+        # Offer "Download links (CSV)" on an order with LINK rewards (ix_rewards_order).
+        has_link_rewards = conn.execute(select(exists().where(
+            rewards.c.order_id == order.id, rewards.c.delivery_method == "LINK"))).scalar()
+    return ctx.render("order.html", status, title=f"Order {order.id}", order=order, rows=rows, decision=decision,
                       pager=_pager(ctx, browse.cursor_of(rows[-1]) if more else None), new_links=new_links,
-                      under_review=under_review)
+                      under_review=under_review, has_link_rewards=has_link_rewards, error=error)
+
+
+@route(router, "GET", "/orders/{order_id}")
+def show_order(ctx, order_id: str):
+    new_links = ctx.take_flash("links") or []  # right after "Send rewards" with a link: shown once
+    return _show_order(ctx, order_id, new_links=new_links)
+
+
+LINKS_CSV_COLUMNS = ["reward_id", "recipient_name", "recipient_email", "amount", "currency", "link"]
+
+
+def links_csv(issued: list[tuple]) -> str:
+    """The order's new links as CSV; every cell through the invoices' CSV-injection guard."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(LINKS_CSV_COLUMNS)
+    for reward, link in issued:
+        amount = format_amount(reward.denomination_cents, decimals=decimals_for(reward.currency_code))
+        writer.writerow([documents.safe_cell(str(v)) for v in (
+            reward.id, reward.recipient_name or "", reward.recipient_email or "", amount, reward.currency_code,
+            link)])
+    return out.getvalue()
+
+
+@route(router, "POST", "/orders/{order_id}/links", action="send")  # the action of "Generate a new link"
+def download_links(ctx, order_id: str):
+    """A fresh link for every active LINK reward of the order, as a CSV download (one write
+    transaction in delivery.service.generate_order_links; only the tokens' hashes are stored)."""
+    with db.read(ctx.engine) as conn:
+        order = access.owned(conn, ctx.viewer, orders, order_id)  # 404 for another organization's order
+    try:
+        issued = delivery.generate_order_links(ctx.engine, ctx.settings, org=ctx.viewer.organization_id,
+                                               order_id=order.id)
+    except ApiError as exc:
+        return _show_order(ctx, order.id, status=exc.status_code, error=exc.message)
+    return ctx.finish(Response(links_csv(issued), media_type="text/csv; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="order-{order.id}-links.csv"', "Cache-Control": "no-store"}))
 
 
 @route(router, "GET", "/rewards")
