@@ -1,5 +1,5 @@
 """The dashboard in headless Chromium (Debian's, through Playwright), on a phone and a desktop:
-sign in by the emailed link, send one reward, upload a CSV with a bad row and fix it, resend,
+sign in by the emailed link, send one reward (its summary, Edit, Send), upload a CSV with a bad row and fix it, resend,
 cancel, create and revoke an API key; axe-core finds no serious or critical violation and
 the console stays clean (CSP violations show up there).
 
@@ -89,7 +89,16 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_label("Amount (USD)").fill("25")
     page.get_by_label("Northwind Books").check()
     check(page, "send")
-    page.get_by_role("button", name="Send reward").click()
+    page.get_by_role("button", name="Continue").click()
+    # The summary: the cost before anything moves; Edit keeps what was typed.
+    page.get_by_role("heading", name="Check and send").wait_for()
+    assert page.locator("dd.big").inner_text() == "25.00 USD"  # the total with fees
+    check(page, "send-summary")
+    page.get_by_role("button", name="Edit").click()
+    assert page.get_by_label("Amount (USD)").input_value() == "25"
+    assert page.get_by_label("Northwind Books").is_checked()
+    page.get_by_role("button", name="Continue").click()
+    page.get_by_role("button", name="Send", exact=True).click()
     page.wait_for_url(re.compile(r"/dashboard/orders/[A-Z0-9]+$"))
     assert page.get_by_role("heading", level=1).inner_text().startswith("Order ")
     check(page, "order")

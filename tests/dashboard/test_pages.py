@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -19,6 +20,27 @@ def post(client, page_path: str, action: str, data: dict, files=None):
     page = client.get(page_path)
     assert page.status_code == 200, page.text
     return client.post(action, data={"csrf_token": csrf_of(page.text), **data}, files=files)
+
+
+HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
+
+
+def hidden_fields(page: str) -> dict[str, list[str]]:
+    """A form's hidden inputs (the CSRF token included), as a browser would post them."""
+    fields: dict[str, list[str]] = {}
+    for name, value in HIDDEN.findall(page):
+        fields.setdefault(name, []).append(html.unescape(value))
+    return fields
+
+
+def send_one(client, data: dict, *, confirm: bool = True):
+    """"Send rewards" as a person does: the form, its summary (returned when confirm is False or
+    the form was refused), then the summary's Send."""
+    summary = post(client, "/dashboard/send", "/dashboard/send", data)
+    if not confirm or summary.status_code != 200:
+        return summary
+    assert "Check and send" in summary.text, text_of(summary.text)
+    return client.post("/dashboard/send/confirm", data=hidden_fields(summary.text))
 
 
 def test_every_page_answers_with_a_strict_csp(admin):
@@ -101,7 +123,7 @@ def test_forms_without_csrf_are_refused(admin, http, org):
 
 
 def test_send_one_reward_looks_like_an_api_order(admin, http, org):
-    response = post(admin, "/dashboard/send", "/dashboard/send", {
+    response = send_one(admin, {
         "name": "Recipient", "email": org.member_email, "amount": "25", "method": "EMAIL",
         "products": GIFT_CARD_USD, "message": ""})
     assert response.status_code == 303, text_of(response.text)
@@ -112,13 +134,14 @@ def test_send_one_reward_looks_like_an_api_order(admin, http, org):
     from_api = place(http, org.member_email, denomination=25)
 
     def shape(order):
-        order = {**order, "id": "X", "created_at": "X", "channel": "X"}
+        order = {**order, "id": "X", "created_at": "X", "channel": "X", "external_id": "X"}
         order["rewards"] = [{**r, "id": "X", "order_id": "X", "created_at": "X", "expires_at": "X"}
                             for r in order["rewards"]]
         return order
 
     assert shape(from_dashboard) == shape(from_api)
     assert from_dashboard["channel"] == "UI" and from_api["channel"] == "API"
+    assert from_dashboard["external_id"].startswith("dashboard-send-")  # the summary's idempotency token
     from tests.factories import client_order  # noqa: F401 - the official client reads it too
     org_api = org.api()
     assert org_api.get_order(order_id).order.id == order_id

@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 
 from tests.dashboard.conftest import deliver_mail, text_of
-from tests.dashboard.test_pages import post, upload
+from tests.dashboard.test_pages import post, send_one, upload
 from tests.factories import CHARITY_USD, GIFT_CARD_USD, make_field, ok, place
 
 
 def send(client, org, amount: str, **extra):
-    return post(client, "/dashboard/send", "/dashboard/send", {
+    """The form, its summary, and the summary's Send (the form's response when it refuses)."""
+    return send_one(client, {
         "name": "Recipient", "email": org.member_email, "amount": amount, "method": "EMAIL",
         "products": GIFT_CARD_USD, **extra})
 
@@ -143,6 +144,7 @@ def test_irreversible_actions_ask_first(admin, http, org, engine):
         approvals.set_policy(conn, org.id, mode="api")
     waiting = place(http, org.member_email)
     pages = {f"/dashboard/rewards/{link_reward['id']}": "/link",
+             f"/dashboard/orders/{link_reward['order_id']}": "/links",
              "/dashboard/approvals": f"/approvals/{waiting['id']}/reject",
              "/dashboard/team": "/remove", "/dashboard/developers": "/revoke"}
     for path, action in pages.items():

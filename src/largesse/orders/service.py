@@ -128,7 +128,8 @@ def preview_order_as_member(engine: Engine, *, settings: Settings, organization_
     valid = [r for i, r in enumerate(plan.reward_rows) if i not in bad]
     return OrderPreview(problems=problems, subtotal_cents=sum(r["denomination_cents"] for r in valid),
                         fees_cents=sum(r["fee_cents"] for r in valid), available_cents=available,
-                        currency_code=plan.order_row["currency_code"])
+                        currency_code=plan.order_row["currency_code"],
+                        needs_approval=plan.order_row["status"] == approvals.PENDING)
 
 
 @dataclass
@@ -138,6 +139,7 @@ class OrderPreview:
     fees_cents: int
     available_cents: int
     currency_code: str
+    needs_approval: bool = False  # the organization's approval policy holds this order (_plan's status)
 
     @property
     def total_cents(self) -> int:

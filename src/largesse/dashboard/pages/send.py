@@ -1,11 +1,15 @@
 """Send rewards: to one recipient, or to every row of a CSV file as one order.
 
 Both end in orders.service.place_order_as_member, the service behind POST /orders (same
-validation, transaction, ledger entry, webhooks). The CSV's preview runs the same checks
-without placing anything (preview_order_as_member) and puts each problem on its row.
+validation, transaction, ledger entry, webhooks). Both first show what will happen without
+placing anything (preview_order_as_member: the same checks and fee rule): one reward's
+summary (amount, fee, total, balance after, approval), or the CSV's preview with each
+problem on its row.
 """
 
 from __future__ import annotations
+
+import re
 
 from fastapi import APIRouter
 
@@ -15,7 +19,7 @@ from largesse.catalog import service as catalog
 from largesse.dashboard import access, bulk
 from largesse.dashboard.models import uploads
 from largesse.dashboard.web import route
-from largesse.errors import ApiError
+from largesse.errors import ApiError, payload_from
 from largesse.fields import service as fields_service
 from largesse.ids import new_id
 from largesse.orders import repository
@@ -51,33 +55,111 @@ def send_form(ctx):
     return _form_page(ctx)
 
 
-@route(router, "POST", "/send", action="send")
-def send_one(ctx):
+def _entered(ctx) -> dict:
+    """What was typed on the form (or carried by the summary's hidden fields), as typed."""
     form = ctx.form
     with db.read(ctx.engine) as conn:
         fields = fields_service.list_for(conn, ctx.viewer.organization_id)
-    values = {f.id: form.get(f"field_{f.id}") for f in fields}
-    entered = {"name": form.get("name", max_length=200), "email": form.get("email", max_length=320),
-               "amount": form.get("amount", max_length=20), "campaign": form.get("campaign", max_length=20),
-               "products": form.getlist("products", max_length=20)[:100],
-               "method": form.get("method", "EMAIL", max_length=10).upper(),
-               "message": form.get("message", max_length=5000), "fields": values}
+    return {"name": form.get("name", max_length=200), "email": form.get("email", max_length=320),
+            "amount": form.get("amount", max_length=20), "campaign": form.get("campaign", max_length=20),
+            "products": form.getlist("products", max_length=20)[:100],
+            "method": form.get("method", "EMAIL", max_length=10).upper(),
+            "message": form.get("message", max_length=5000),
+            "fields": {f.id: form.get(f"field_{f.id}") for f in fields}}
+
+
+def _order(entered: dict, external_id: str | None = None):
+    """(the API's CreateOrderIn, []) or (None, problems): the translation only (bulk.reward_in)."""
     reward, problems = bulk.reward_in(
         name=entered["name"], email=entered["email"], amount_text=entered["amount"], products=entered["products"],
         campaign_id=entered["campaign"] or None, method=entered["method"], message=entered["message"] or None,
-        custom_fields=[{"id": fid, "value": v} for fid, v in values.items() if v])
+        custom_fields=[{"id": fid, "value": v} for fid, v in entered["fields"].items() if v])
     if reward is None:
+        return None, problems
+    return bulk.order_in([reward], external_id=external_id, single=True), []
+
+
+def _quote(ctx, entered: dict):
+    """(body, preview, problems): the service's own preview (preview_order_as_member: the _plan
+    that place_order_as_member runs, without writing) of the order the form describes."""
+    body, problems = _order(entered)
+    if body is None:
+        return None, None, problems
+    preview = orders_service.preview_order_as_member(ctx.engine, settings=ctx.settings,
+                                                     organization_id=ctx.viewer.organization_id, body=body)
+    return body, preview, bulk.flatten(payload_from(preview.problems)) if preview.problems else []
+
+
+# The summary's idempotency token, drawn when the summary is shown and sent back by its "Send":
+# it is the order's external_id, so a double click or a repeated POST is the API's replay of
+# the same order (one order, one debit), never a second one.
+_TOKEN = re.compile(r"dashboard-send-[0-9A-Z]{10,40}")
+
+
+def _new_token() -> str:
+    return f"dashboard-send-{new_id()}"
+
+
+def _summary(ctx, entered: dict, preview, token: str, *, notice: str | None = None):
+    org = ctx.viewer.organization_id
+    with db.read(ctx.engine) as conn:
+        products = catalog.get_many_cached(conn, set(entered["products"]))
+        campaign = campaigns_service.get(conn, org, entered["campaign"]) if entered["campaign"] else None
+        fields = fields_service.list_for(conn, org)
+    hidden = [(k, entered[k]) for k in ("name", "email", "amount", "campaign", "method", "message")]
+    hidden += [("products", p) for p in entered["products"]]
+    hidden += [(f"field_{fid}", v) for fid, v in entered["fields"].items() if v]
+    hidden += [("token", token), ("quoted_total", str(preview.total_cents))]
+    return ctx.render("send_confirm.html", title="Check and send", form=entered, preview=preview,
+                      products=[products[p] for p in entered["products"] if p in products], campaign=campaign,
+                      field_values=[(f.label, entered["fields"][f.id]) for f in fields if entered["fields"].get(f.id)],
+                      method_text=dict(METHODS).get(entered["method"], entered["method"]), hidden=hidden,
+                      balance_after=preview.available_cents - preview.total_cents,
+                      enough=preview.total_cents <= preview.available_cents, notice=notice)
+
+
+@route(router, "POST", "/send", action="send")
+def send_check(ctx):
+    """The form's submit: nothing is placed; the summary (fee, total, balance after, approval)."""
+    entered = _entered(ctx)
+    _, preview, problems = _quote(ctx, entered)
+    if problems:
         return _form_page(ctx, 400, problems, **entered)
+    return _summary(ctx, entered, preview, _new_token())
+
+
+@route(router, "POST", "/send/edit", action="send")
+def send_edit(ctx):
+    """The summary's "Edit": the form again, with everything as typed."""
+    return _form_page(ctx, **_entered(ctx))
+
+
+@route(router, "POST", "/send/confirm", action="send")
+def send_one(ctx):
+    """The summary's "Send": places the order the summary showed, once."""
+    entered = _entered(ctx)
+    _, preview, problems = _quote(ctx, entered)
+    if problems:
+        return _form_page(ctx, 400, problems, **entered)
+    token = ctx.form.get("token", max_length=60)
+    if not _TOKEN.fullmatch(token):
+        return _summary(ctx, entered, preview, _new_token(), notice="Check the order again, then send it.")
+    if ctx.form.get("quoted_total", max_length=20) != str(preview.total_cents):
+        return _summary(ctx, entered, preview, token, notice="The total changed since this page was shown "
+                        "(the fees or the amounts changed). Check the new total, then send again.")
+    body, _ = _order(entered, external_id=token)
     try:
         placed = orders_service.place_order_as_member(
-            ctx.engine, settings=ctx.settings, organization_id=ctx.viewer.organization_id,
-            body=bulk.order_in([reward], single=True))
+            ctx.engine, settings=ctx.settings, organization_id=ctx.viewer.organization_id, body=body)
     except ApiError as exc:
         return _form_page(ctx, exc.status_code, bulk.flatten(exc.payload) or [exc.message], **entered)
     target = f"/dashboard/orders/{placed.order['id']}"
+    # A LINK reward: its link, which only this response holds, on the order's page once. A replay
+    # (the same Send posted again) hands over a fresh link, the API's rule, as the browser shows
+    # only the last response.
     links = [{"reward": r["id"], "link": r["delivery"]["link"]} for r in placed.order["rewards"]
              if (r.get("delivery") or {}).get("link")]
-    if links:  # a LINK reward: its link, which only this response holds, on the order's page once
+    if links:
         return ctx.redirect_with_flash(target, "links", links)
     return ctx.redirect(target)
 
