@@ -35,6 +35,9 @@ def test_queue_approve_shows_who_and_when(admin, engine, org, http):
     order = waiting_order(engine, org, http)
     text = text_of(admin.get("/dashboard").text)
     assert "Orders waiting for approval" in text and "1 order waiting for approval" in text
+    # The orders lists say which orders wait (they looked like any other).
+    assert f"{order['id']} " in text and "Pending approval" in text
+    assert "Pending approval" in text_of(admin.get("/dashboard/orders").text)
     page = admin.get("/dashboard/approvals")
     assert page.status_code == 200
     text = text_of(page.text)
