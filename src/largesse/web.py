@@ -12,6 +12,9 @@ import re
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from datetime import time as time_of_day
 from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
@@ -283,8 +286,21 @@ def q_time(name: str) -> dict:
             "description": f"ISO 8601 date or date-time (any offset): {bound}"}
 
 
-def paging_doc(limit_default: int, limit_high: int) -> list[dict]:
-    return [q_int("offset", 0, low=0), q_int("limit", limit_default, low=1, high=limit_high)]
+@dataclass(frozen=True)
+class Paging:
+    """A list's `offset` and `limit` (default `limit`, at most `high`): read from a request and
+    declared in the OpenAPI document by one object, so the two cannot disagree."""
+
+    limit: int
+    high: int
+
+    def read(self, request: Request) -> tuple[int, int]:
+        """(offset, limit), by int_param's rules (400 for text or values below the minimum)."""
+        return (int_param(request, "offset", 0, low=0),
+                int_param(request, "limit", self.limit, low=1, high=self.high))
+
+    def doc(self) -> list[dict]:
+        return [q_int("offset", 0, low=0), q_int("limit", self.limit, low=1, high=self.high)]
 
 
 def query_doc(*params: dict | list[dict]) -> dict:
@@ -312,8 +328,6 @@ def timestamp_param(request: Request, name: str):
 
     A bare date is the start of that day (UTC), except as an upper bound (`...[lte]`), where it
     takes the whole day in: `created_at[lte]=2026-11-24` includes what was made that day."""
-    import datetime as dt
-
     from largesse.timeutil import parse_timestamp
 
     raw = request.query_params.get(name)
@@ -325,7 +339,7 @@ def timestamp_param(request: Request, name: str):
     except ValueError:
         raise BadRequest(f"{name} must be an ISO 8601 date or date-time", {name: ["is not a valid date"]}) from None
     if name.endswith("[lte]") and _BARE_DATE.fullmatch(raw.strip()):
-        value = dt.datetime.combine(value.date(), dt.time.max)
+        value = datetime.combine(value.date(), time_of_day.max)
     return value
 
 

@@ -10,11 +10,10 @@ from largesse.errors import BadRequest
 from largesse.schemas import Out, Text, Wire
 from largesse.web import (
     EngineDep,
+    Paging,
     SettingsDep,
     clean_text,
-    int_param,
     json_response,
-    paging_doc,
     q_str,
     query_doc,
     read_db,
@@ -78,11 +77,7 @@ class SessionEnvelope(Out):
     connected_organization_member_session: dict
 
 
-PAGING = (10, 100)  # limit: default, max
-
-
-def _page(request: Request) -> tuple[int, int]:
-    return int_param(request, "offset", 0, low=0), int_param(request, "limit", PAGING[0], low=1, high=PAGING[1])
+PAGING = Paging(limit=10, high=100)
 
 
 @router.post("/connected_organizations", response_model=ConnectedOrganizationEnvelope)
@@ -102,10 +97,10 @@ async def create_connected_organization(body: CreateConnectedOrganizationIn, cal
 
 
 @router.get("/connected_organizations", response_model=ConnectedOrganizationList,
-            openapi_extra=query_doc(paging_doc(*PAGING)))
+            openapi_extra=query_doc(PAGING.doc()))
 async def list_connected_organizations(request: Request, caller: CallerDep, engine: EngineDep):
     """Newest first; `offset`, `limit` (default 10, max 100), `total_count`."""
-    offset, limit = _page(request)
+    offset, limit = PAGING.read(request)
 
     def page(conn):
         rows, total = service.list_connected_orgs(conn, caller.organization_id, offset=offset, limit=limit)
@@ -150,7 +145,7 @@ async def create_connected_organization_member(body: CreateConnectedMemberIn, ca
 
 @router.get("/connected_organization_members", response_model=ConnectedMemberList, openapi_extra=query_doc(
     q_str("connected_organization_id", "the connected organization whose members are listed", required=True),
-    paging_doc(*PAGING)))
+    PAGING.doc()))
 async def list_connected_organization_members(request: Request, caller: CallerDep, engine: EngineDep):
     """Members of one connected organization (`connected_organization_id`, required), newest first."""
     connected_id = request.query_params.get("connected_organization_id")
@@ -158,7 +153,7 @@ async def list_connected_organization_members(request: Request, caller: CallerDe
         raise BadRequest("connected_organization_id is required",
                          {"connected_organization_id": ["is required"]})
     clean_text(connected_id, "connected_organization_id", max_length=64)
-    offset, limit = _page(request)
+    offset, limit = PAGING.read(request)
 
     def page(conn):
         rows, total = service.list_connected_members(conn, caller.organization_id, connected_id,

@@ -14,11 +14,10 @@ from largesse.jsonbody import read_object
 from largesse.schemas import Out
 from largesse.web import (
     EngineDep,
+    Paging,
     SettingsDep,
     clean_text,
-    int_param,
     json_response,
-    paging_doc,
     q_str,
     q_time,
     query_doc,
@@ -89,17 +88,16 @@ async def delete_fraud_rule(rule_type: str, caller: CallerDep, engine: EngineDep
     return json_response({"message": message})
 
 
-LIMIT = (10, 100)  # a page of reviews: default, max (API.md §1)
+PAGING = Paging(limit=10, high=100)  # API.md §1
 
 
 @router.get("/fraud_reviews", response_model=FraudReviewList, openapi_extra=query_doc(
-    paging_doc(*LIMIT), q_str("status", "flagged, blocked or released"),
+    PAGING.doc(), q_str("status", "flagged, blocked or released"),
     [q_time(f"{field}[{bound}]") for field in ("created_at", "redeemed_at") for bound in ("gte", "lte")]))
 async def list_fraud_reviews(request: Request, caller: CallerDep, engine: EngineDep):
     """Held redemptions, newest first. Query: offset, limit (1..100, default 10), status
     (flagged, blocked, released), created_at[gte|lte] (the reward's), redeemed_at[gte|lte]."""
-    offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", LIMIT[0], low=1, high=LIMIT[1])
+    offset, limit = PAGING.read(request)
     status = request.query_params.get("status")
     if status is not None and status.lower() not in service.REVIEW_STATUSES:
         raise BadRequest("status must be flagged, blocked or released", {"status": ["is not a review status"]})

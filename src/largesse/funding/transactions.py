@@ -16,7 +16,7 @@ from largesse.errors import ApiError, Unprocessable
 from largesse.funding import service
 from largesse.money import format_amount, to_wire
 from largesse.timeutil import iso
-from largesse.web import EngineDep, int_param, json_response, paging_doc, q_time, query_doc, timestamp_param
+from largesse.web import EngineDep, Paging, json_response, q_time, query_doc, timestamp_param
 
 router = APIRouter(tags=["funding sources"])
 
@@ -48,16 +48,15 @@ def _description(row) -> str:
     return row.memo or DESCRIPTIONS.get(row.kind, row.kind)
 
 
-LIMIT = (10, 500)  # a page: default, max
+PAGING = Paging(limit=10, high=500)
 
 
 @router.get("/balance_transactions", openapi_extra=query_doc(
-    paging_doc(*LIMIT), q_time("created_at[gte]"), q_time("created_at[lte]")))
+    PAGING.doc(), q_time("created_at[gte]"), q_time("created_at[lte]")))
 def list_balance_transactions(request: Request, caller: CallerDep, engine: EngineDep):
     """Ledger entries of the organization's balances. Query: offset, limit (default 10, max 500),
     created_at[gte], created_at[lte] (ISO 8601). Invalid values: 422."""
-    offset = _unprocessable(int_param, request, "offset", 0, low=0)
-    limit = _unprocessable(int_param, request, "limit", LIMIT[0], low=1, high=LIMIT[1])
+    offset, limit = _unprocessable(PAGING.read, request)
     gte = _unprocessable(timestamp_param, request, "created_at[gte]")
     lte = _unprocessable(timestamp_param, request, "created_at[lte]")
     with db.read(engine) as conn:

@@ -17,10 +17,9 @@ from largesse.money import Amount, ExactJsonModel, exact_amount
 from largesse.schemas import Out, Text, Wire
 from largesse.web import (
     EngineDep,
-    int_param,
+    Paging,
     json_body_doc,
     json_response,
-    paging_doc,
     parse_json_body,
     query_doc,
     read_db,
@@ -71,14 +70,13 @@ async def create_invoice(request: Request, caller: CallerDep, engine: EngineDep)
     return json_response({"invoice": invoice})
 
 
-LIMIT = (10, 10)  # a page: default, max (API.md §1)
+PAGING = Paging(limit=10, high=10)  # API.md §1
 
 
-@router.get("/invoices", response_model=InvoiceList, openapi_extra=query_doc(paging_doc(*LIMIT)))
+@router.get("/invoices", response_model=InvoiceList, openapi_extra=query_doc(PAGING.doc()))
 async def list_invoices(request: Request, caller: CallerDep, engine: EngineDep):
     """Invoices, newest first, deleted ones left out. Query: offset, limit (default and max 10)."""
-    offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", LIMIT[0], low=1, high=LIMIT[1])
+    offset, limit = PAGING.read(request)
     items, total = await read_db(engine, service.page, caller.organization_id, offset=offset, limit=limit)
     return json_response({"invoices": items, "total_count": total})
 

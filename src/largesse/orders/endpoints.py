@@ -19,11 +19,10 @@ from largesse.orders.schemas import (
 )
 from largesse.web import (
     EngineDep,
+    Paging,
     clean_text,
-    int_param,
     json_body_doc,
     json_response,
-    paging_doc,
     parse_json_body,
     q_str,
     q_time,
@@ -64,17 +63,16 @@ async def place(state, authorization: str | None, raw_body: bytes):
     return json_response({"order": placed.order}, status_code=201 if placed.replay else 200)
 
 
-ORDERS_LIMIT, REWARDS_LIMIT, MAX_LIMIT = 10, 100, 500
+ORDERS_PAGING, REWARDS_PAGING = Paging(limit=10, high=500), Paging(limit=100, high=500)
 
 
 @router.get("/orders", response_model=OrderList, openapi_extra=query_doc(
-    paging_doc(ORDERS_LIMIT, MAX_LIMIT), q_str("campaign_id", "orders of this campaign"),
+    ORDERS_PAGING.doc(), q_str("campaign_id", "orders of this campaign"),
     q_str("external_id", "the order with this external_id"), q_time("created_at[gte]"), q_time("created_at[lte]")))
 async def list_orders(request: Request, caller: CallerDep, engine: EngineDep):
     """Orders, newest first. Query: offset, limit (default 10, max 500), campaign_id, external_id,
     created_at[gte], created_at[lte]."""
-    offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", ORDERS_LIMIT, low=1, high=MAX_LIMIT)
+    offset, limit = ORDERS_PAGING.read(request)
     campaign_id = request.query_params.get("campaign_id")
     external_id = request.query_params.get("external_id")
     for name, value in (("campaign_id", campaign_id), ("external_id", external_id)):
@@ -110,7 +108,7 @@ async def get_order(order_id: str, caller: CallerDep, engine: EngineDep):
     return json_response({"order": await run_db(engine, db.retrying, load)})
 
 
-@router.get("/rewards", response_model=RewardList, openapi_extra=query_doc(paging_doc(REWARDS_LIMIT, MAX_LIMIT), {
+@router.get("/rewards", response_model=RewardList, openapi_extra=query_doc(REWARDS_PAGING.doc(), {
     "name": "filters", "in": "query", "required": False, "style": "form", "explode": True,
     "schema": {"type": "object", "additionalProperties": {"type": "string"}},
     "description": "Custom-field filters: each other parameter is a field's label (`?Department=Sales`); "
@@ -122,8 +120,7 @@ async def list_rewards(request: Request):
     credentials = await auth.bearer(request)
     engine, settings = request.app.state.engine, request.app.state.settings
     try:
-        offset = int_param(request, "offset", 0, low=0)
-        limit = int_param(request, "limit", REWARDS_LIMIT, low=1, high=MAX_LIMIT)
+        offset, limit = REWARDS_PAGING.read(request)
         filters = [
             (fields_service.label_of(clean_text(k, "label", max_length=100)), clean_text(v, k[:100], max_length=1000))
             for k, v in request.query_params.multi_items() if k not in PAGINATION

@@ -12,10 +12,9 @@ from largesse.schemas import Out, Text, Wire
 from largesse.topups import service
 from largesse.web import (
     EngineDep,
-    int_param,
+    Paging,
     json_body_doc,
     json_response,
-    paging_doc,
     parse_json_body,
     query_doc,
     read_db,
@@ -67,14 +66,13 @@ async def create_topup(request: Request, caller: CallerDep, engine: EngineDep):
     return json_response({"topup": created.topup})
 
 
-LIMIT = (10, 100)  # a page: default, max
+PAGING = Paging(limit=10, high=100)
 
 
-@router.get("/topups", response_model=TopupList, openapi_extra=query_doc(paging_doc(*LIMIT)))
+@router.get("/topups", response_model=TopupList, openapi_extra=query_doc(PAGING.doc()))
 async def list_topups(request: Request, caller: CallerDep, engine: EngineDep):
     """Top-ups, newest first. Query: offset, limit (default 10, max 100)."""
-    offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", LIMIT[0], low=1, high=LIMIT[1])
+    offset, limit = PAGING.read(request)
     items, total = await read_db(engine, service.page, caller.organization_id, offset=offset, limit=limit)
     return json_response({"topups": items, "total_count": total})
 

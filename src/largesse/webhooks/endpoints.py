@@ -10,7 +10,7 @@ from largesse import db
 from largesse.auth import Caller, CallerDep
 from largesse.errors import BadRequest
 from largesse.schemas import Out, Text, Wire
-from largesse.web import EngineDep, SettingsDep, clean_text, int_param, json_response, paging_doc, q_str, query_doc
+from largesse.web import EngineDep, Paging, SettingsDep, clean_text, json_response, q_str, query_doc
 from largesse.webhooks import actions, addresses, deliveries, service
 
 router = APIRouter(tags=["webhooks"])
@@ -99,17 +99,16 @@ def simulate_webhook(webhook_id: str, body: SimulateIn, caller: CallerDep, engin
     return PlainTextResponse("OK")
 
 
-DELIVERIES_LIMIT = (50, 500)  # a page: default, max
+DELIVERIES_PAGING = Paging(limit=50, high=500)
 
 
 @router.get("/webhooks/{webhook_id}/deliveries", openapi_extra=query_doc(
-    paging_doc(*DELIVERIES_LIMIT), q_str("status", "SUCCEEDED or FAILED"), q_str("event_uuid", "one event's attempts")))
+    DELIVERIES_PAGING.doc(), q_str("status", "SUCCEEDED or FAILED"), q_str("event_uuid", "one event's attempts")))
 def list_deliveries(webhook_id: str, request: Request, caller: CallerDep, engine: EngineDep):
     """The webhook's delivery attempts, newest first: `offset`, `limit` (default 50, max 500),
     optional `status` (SUCCEEDED/FAILED) and `event_uuid` filters, and `total_count`."""
     clean_text(webhook_id, "id", max_length=200)
-    offset = int_param(request, "offset", 0, low=0)
-    limit = int_param(request, "limit", DELIVERIES_LIMIT[0], low=1, high=DELIVERIES_LIMIT[1])
+    offset, limit = DELIVERIES_PAGING.read(request)
     status = request.query_params.get("status") or None
     if status is not None and status not in (deliveries.SUCCEEDED, deliveries.FAILED):
         raise BadRequest("status must be SUCCEEDED or FAILED", {"status": ["must be SUCCEEDED or FAILED"]})
