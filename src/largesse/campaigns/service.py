@@ -66,9 +66,7 @@ def _check_rule(changes: dict) -> None:
     (API.md §2.2: an unknown one gives 422), stored upper case."""
     if changes.get("fee_charged_to") not in (None, *FEE_CHARGED_TO):
         raise Unprocessable("fee_charged_to must be SENDER or RECIPIENT", {"fee_charged_to": ["is not included"]})
-    rule = changes.get("auto_add_product_rule")
-    if rule is not None:  # a null countries or currencies is the key left out (the clients' types have no null)
-        rule = changes["auto_add_product_rule"] = {k: v for k, v in rule.items() if v is not None}
+    rule = changes.get("auto_add_product_rule")  # a null key is stored, and left out by to_wire
     for key, known, what in (("countries", codes.country, "an ISO 3166-1 alpha-2 country code"),
                              ("currencies", codes.currency, "a known currency code")):
         values = (rule or {}).get(key)
@@ -150,7 +148,7 @@ def to_wire(row) -> dict:
     for key in ("auto_add_product_rule", "webpage_style", "email_style"):
         if get_(key):
             out[key] = get_(key)
-    if "auto_add_product_rule" in out:  # stored before null keys were left out on write
+    if "auto_add_product_rule" in out:  # a null countries or currencies: the key left out (no client type has null)
         out["auto_add_product_rule"] = {k: v for k, v in out["auto_add_product_rule"].items() if v is not None}
     if get_("reward_expiry_days") is not None:
         out["reward_expiry_days"] = get_("reward_expiry_days")

@@ -40,6 +40,7 @@ from email.utils import format_datetime, make_msgid
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from largesse.delivery.transport import Outgoing
+from largesse.redemption.style import HEX_COLOR, LIGHT_TEXT, text_color_for
 
 _env = Environment(
     loader=PackageLoader("largesse.delivery", "templates"),
@@ -110,15 +111,10 @@ def _color(value, default: str) -> str:
     return value if isinstance(value, str) and CSS_COLOR.match(value) else default
 
 
-_HEX = re.compile(r"#(?:[0-9A-Fa-f]{3}|[0-9A-Fa-f]{6})")
-
-
 def _text_on(background: str) -> str:
     """The button label's colour: the redemption page's choice (black or white, whichever reads
     at 4.5:1) for a #hex background; white on a named colour."""
-    from largesse.redemption.style import text_color_for
-
-    return text_color_for(background) if _HEX.fullmatch(background) else "#ffffff"
+    return text_color_for(background) if HEX_COLOR.match(background) else LIGHT_TEXT
 
 
 def _url(value) -> str | None:
