@@ -83,7 +83,7 @@ def _row_or_404(conn: Connection, org: str, reward_id: str):
     return row
 
 
-def _related(conn: Connection, org: str, reward_id: str) -> dict:
+def related_rewards(conn: Connection, org: str, reward_id: str) -> dict:
     """Other rewards of the organization redeemed from the same address, device or email."""
     s = redemption_signals
     me = conn.execute(select(s).where(s.c.reward_id == reward_id)).first()
@@ -111,7 +111,7 @@ def get_review(conn: Connection, org: str, reward_id: str) -> dict:
     row = _row_or_404(conn, org, reward_id)
     wire = _item(row, _rewards_wire(conn, [reward_id]).get(reward_id))
     wire["risk"] = row.risk
-    wire["related_rewards"] = _related(conn, org, reward_id)
+    wire["related_rewards"] = related_rewards(conn, org, reward_id)
     return wire
 
 

@@ -142,6 +142,15 @@ class OrderPreview:
     needs_approval: bool = False  # the organization's approval policy holds this order (_plan's status)
 
     @property
+    def balance_after_cents(self) -> int:
+        return self.available_cents - self.total_cents
+
+    @property
+    def affordable(self) -> bool:
+        """The balance covers the total (place_order's debit would succeed now)."""
+        return self.balance_after_cents >= 0
+
+    @property
     def total_cents(self) -> int:
         return self.subtotal_cents + self.fees_cents
 

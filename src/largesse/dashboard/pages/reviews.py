@@ -128,9 +128,9 @@ def _show(ctx, reward_id: str, status_code: int = 200, *, error: str | None = No
         row = review_of(conn, org, reward_id)
         if row is None:
             raise access.NotFoundPage()
-        detail = reviews.get_review(conn, org, reward_id)  # risk and related rewards, as the API's
+        related = reviews.related_rewards(conn, org, reward_id)  # as the API's get_review shows them
     return ctx.render("review.html", status_code, title=f"Review of reward {reward_id}", r=row,
-                      risk=detail["risk"], related=detail["related_rewards"], error=error,
+                      risk=row.risk, related=related, error=error,
                       notice=_notice(ctx) if status_code == 200 else None)
 
 

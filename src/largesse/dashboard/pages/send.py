@@ -55,11 +55,13 @@ def send_form(ctx):
     return _form_page(ctx)
 
 
-def _entered(ctx) -> dict:
-    """What was typed on the form (or carried by the summary's hidden fields), as typed."""
+def _entered(ctx, fields=None) -> dict:
+    """What was typed on the form (or carried by the summary's hidden fields), as typed; `fields`:
+    the organization's custom fields, when the caller has read them already."""
     form = ctx.form
-    with db.read(ctx.engine) as conn:
-        fields = fields_service.list_for(conn, ctx.viewer.organization_id)
+    if fields is None:
+        with db.read(ctx.engine) as conn:
+            fields = fields_service.list_for(conn, ctx.viewer.organization_id)
     return {"name": form.get("name", max_length=200), "email": form.get("email", max_length=320),
             "amount": form.get("amount", max_length=20), "campaign": form.get("campaign", max_length=20),
             "products": form.getlist("products", max_length=20)[:100],
@@ -100,12 +102,11 @@ def _new_token() -> str:
     return f"dashboard-send-{new_id()}"
 
 
-def _summary(ctx, entered: dict, preview, token: str, *, notice: str | None = None):
+def _summary(ctx, entered: dict, fields, preview, token: str, *, notice: str | None = None):
     org = ctx.viewer.organization_id
     with db.read(ctx.engine) as conn:
         products = catalog.get_many_cached(conn, set(entered["products"]))
         campaign = campaigns_service.get(conn, org, entered["campaign"]) if entered["campaign"] else None
-        fields = fields_service.list_for(conn, org)
     hidden = [(k, entered[k]) for k in ("name", "email", "amount", "campaign", "method", "message")]
     hidden += [("products", p) for p in entered["products"]]
     hidden += [(f"field_{fid}", v) for fid, v in entered["fields"].items() if v]
@@ -114,18 +115,25 @@ def _summary(ctx, entered: dict, preview, token: str, *, notice: str | None = No
                       products=[products[p] for p in entered["products"] if p in products], campaign=campaign,
                       field_values=[(f.label, entered["fields"][f.id]) for f in fields if entered["fields"].get(f.id)],
                       method_text=dict(METHODS).get(entered["method"], entered["method"]), hidden=hidden,
-                      balance_after=preview.available_cents - preview.total_cents,
-                      enough=preview.total_cents <= preview.available_cents, notice=notice)
+                      notice=notice)
+
+
+def _checked(ctx):
+    """(entered, fields, preview, None) for a form the service would take, else (.., the form
+    page again with the problems): the first step of both the summary and its Send."""
+    with db.read(ctx.engine) as conn:
+        fields = fields_service.list_for(conn, ctx.viewer.organization_id)
+    entered = _entered(ctx, fields)
+    _, preview, problems = _quote(ctx, entered)
+    refused = _form_page(ctx, 400, problems, **entered) if problems else None
+    return entered, fields, preview, refused
 
 
 @route(router, "POST", "/send", action="send")
 def send_check(ctx):
     """The form's submit: nothing is placed; the summary (fee, total, balance after, approval)."""
-    entered = _entered(ctx)
-    _, preview, problems = _quote(ctx, entered)
-    if problems:
-        return _form_page(ctx, 400, problems, **entered)
-    return _summary(ctx, entered, preview, _new_token())
+    entered, fields, preview, refused = _checked(ctx)
+    return refused or _summary(ctx, entered, fields, preview, _new_token())
 
 
 @route(router, "POST", "/send/edit", action="send")
@@ -137,15 +145,14 @@ def send_edit(ctx):
 @route(router, "POST", "/send/confirm", action="send")
 def send_one(ctx):
     """The summary's "Send": places the order the summary showed, once."""
-    entered = _entered(ctx)
-    _, preview, problems = _quote(ctx, entered)
-    if problems:
-        return _form_page(ctx, 400, problems, **entered)
+    entered, fields, preview, refused = _checked(ctx)
+    if refused:
+        return refused
     token = ctx.form.get("token", max_length=60)
     if not _TOKEN.fullmatch(token):
-        return _summary(ctx, entered, preview, _new_token(), notice="Check the order again, then send it.")
+        return _summary(ctx, entered, fields, preview, _new_token(), notice="Check the order again, then send it.")
     if ctx.form.get("quoted_total", max_length=20) != str(preview.total_cents):
-        return _summary(ctx, entered, preview, token, notice="The total changed since this page was shown "
+        return _summary(ctx, entered, fields, preview, token, notice="The total changed since this page was shown "
                         "(the fees or the amounts changed). Check the new total, then send again.")
     body, _ = _order(entered, external_id=token)
     try:
@@ -237,7 +244,7 @@ def bulk_preview(ctx, upload_id: str):
     upload, sheet, preview, placed, campaign = _prepare(ctx, upload_id)
     bad = [r for r in sheet.rows if r.problems]
     ready = preview is not None and not bad and not sheet.problems
-    enough = ready and preview.total_cents <= preview.available_cents
+    enough = ready and preview.affordable
     return ctx.render("bulk_preview.html", title="Check your file", upload=upload, sheet=sheet, preview=preview,
                       bad=bad, ready=ready, enough=enough, placed=placed, campaign=campaign, error=None)
 
