@@ -3,7 +3,7 @@
 Every command works on the database named by LARGESSE_DATABASE_URL (default: SQLite at
 ./var/largesse.sqlite3), migrating it first. Only `serve`, `worker`, `db upgrade` and `org create`
 may create a new SQLite database; the others refuse a file that does not exist
-(cli_common.creates_database, docs/operations.md).
+(cli_common.open_engine's `create`, docs/operations.md).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from largesse.cli_common import (
     JsonFlag,
     LargesseGroup,
     OrgOption,
-    amount_text,
-    creates_database,
     database_url,
     emit,
     fail,
@@ -30,7 +28,7 @@ from largesse.cli_common import (
     require_org,
     shown_url,
 )
-from largesse.money import format_amount
+from largesse.money import amount_in, format_amount
 
 app = typer.Typer(help="Largesse: a self-hostable reward ordering service.", no_args_is_help=True,
                   add_completion=False, cls=LargesseGroup)
@@ -48,7 +46,6 @@ for sub, name in ((db_app, "db"), (org_app, "org"), (members_app, "members"), (k
 # --- serve / db -----------------------------------------------------------------------------
 
 @app.command()
-@creates_database
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port", min=1, max=65535)] = 8000,
@@ -68,7 +65,7 @@ def serve(
         # delivery children inherit it); behind a proxy or on another name, set it.
         os.environ["LARGESSE_PUBLIC_URL"] = default_public_url(host, port)
     settings = load_settings()
-    open_engine(settings).dispose()
+    open_engine(settings, create=True).dispose()
     # Several processes (API workers, delivery children): metrics go through files in
     # PROMETHEUS_MULTIPROC_DIR (docs/operations.md), set before prometheus_client is imported.
     multiprocess = workers > 1 or settings.run_worker
@@ -130,7 +127,6 @@ def default_public_url(host: str, port: int) -> str:
 
 
 @db_app.command("upgrade")
-@creates_database
 def db_upgrade():
     """Apply every pending migration; a new database (SQLite: a new file) gets the whole schema
     and the default catalog. Prints the revision before and after."""
@@ -143,10 +139,10 @@ def db_upgrade():
             return schema_revision(conn) if inspect(conn).has_table("alembic_version") else None
 
     settings = load_settings()
-    bare = open_engine(settings, prepare=False)
+    bare = open_engine(settings, prepare=False, create=True)
     before = revision(bare)
     bare.dispose()
-    engine = open_engine(settings)
+    engine = open_engine(settings, create=True)
     after = revision(engine)
     engine.dispose()
     where = shown_url(settings.database_url)
@@ -207,7 +203,6 @@ def db_backup(path: Annotated[str, typer.Argument(help="File to write (must not 
 # --- organizations, members, keys -------------------------------------------------------------
 
 @org_app.command("create")
-@creates_database
 def org_create(
     name: Annotated[str, typer.Option("--name", help="Organization name (1-200 characters)")],
     member_email: Annotated[str, typer.Option("--member-email", help="Email of the first member")],
@@ -219,7 +214,7 @@ def org_create(
     from largesse.orgs import service as orgs
 
     settings = load_settings()
-    engine = open_engine(settings)
+    engine = open_engine(settings, create=True)
     try:
         with db.write(engine) as conn:
             created = orgs.create_org(conn, name=name, member_email=member_email, member_name=member_name,
@@ -283,7 +278,7 @@ def org_fees(org: OrgOption,
             fees = orgs.set_fees(conn, org, basis_points=percent_bp, flat_cents=flat_cents)
         except orgs.OrgError as exc:
             fail(str(exc))
-    emit({"organization_id": org, "basis_points": fees.basis_points, "flat": amount_text(fees.flat_cents, currency),
+    emit({"organization_id": org, "basis_points": fees.basis_points, "flat": amount_in(fees.flat_cents, currency),
           "flat_cents": fees.flat_cents, "currency_code": currency}, as_json,
          f"fees of {org}: {format_amount(fees.basis_points)}% + {money_text(fees.flat_cents, currency)} per reward")
 
@@ -461,9 +456,9 @@ def balance_show(org: OrgOption,
     for source, rows in balances:
         code = source.currency_code
         lines.append(f"{source.id}  available {money_text(source.available_cents, code)}"
-                     f"  pending {amount_text(source.pending_cents, code)}")
-        lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {amount_text(r.amount_cents, code):>12}"
-                  f"  -> {amount_text(r.balance_after_cents, code)}  {r.memo or r.order_id or ''}" for r in rows]
+                     f"  pending {amount_in(source.pending_cents, code)}")
+        lines += [f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.kind:<15} {amount_in(r.amount_cents, code):>12}"
+                  f"  -> {amount_in(r.balance_after_cents, code)}  {r.memo or r.order_id or ''}" for r in rows]
     emit(data, as_json, "\n".join(lines))
 
 
@@ -538,9 +533,6 @@ def _register_domain_commands() -> None:
     from largesse.webhooks import cli as webhooks_cli
 
     delivery_cli.register(app)
-    for command in app.registered_commands:  # a worker may be the first process on a new database
-        if command.name == "worker":
-            command.callback = creates_database(command.callback)
     redemption_cli.register(app)
     webhooks_cli.register(app)
     orders_cli.register(app, org_app)  # org approvals; orders pending|approve|reject

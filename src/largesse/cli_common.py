@@ -6,8 +6,6 @@ largesse.cli.
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import json
 import re
 from pathlib import Path
@@ -44,25 +42,8 @@ def load_settings() -> Settings:
 # A command that reads or changes existing data refuses a SQLite database file that does not
 # exist (a mistyped path, or the default ./var/largesse.sqlite3 run from another directory):
 # it would otherwise create an empty database and answer "no organizations" or "ledger OK".
-# The commands that may start a new database are marked @creates_database: `serve`, `worker`,
-# `db upgrade` and `org create` (docs/operations.md, "A new database").
-
-_creating = contextvars.ContextVar("largesse_cli_creates_database", default=False)
-
-
-def creates_database(command):
-    """Mark a command that may create a new SQLite database (and its folder) when the file does
-    not exist yet; every other command refuses to (open_engine)."""
-
-    @functools.wraps(command)
-    def run(*args, **kwargs):
-        token = _creating.set(True)
-        try:
-            return command(*args, **kwargs)
-        finally:
-            _creating.reset(token)
-
-    return run
+# The commands that may start a new database open it with open_engine(create=True): `serve`,
+# `worker`, `db upgrade` and `org create` (docs/operations.md, "A new database").
 
 
 def shown_url(url: str) -> str:
@@ -100,16 +81,16 @@ def unavailable_reason(exc: BaseException) -> str:
     return redact(re.sub(r"\s+", " ", reason)) or type(exc).__name__
 
 
-def open_engine(settings: Settings | None = None, *, prepare: bool = True):
+def open_engine(settings: Settings | None = None, *, prepare: bool = True, create: bool = False):
     """The database's engine, migrated first (prepare). Refuses, with one line and exit 1, a bad
-    URL, a SQLite file that does not exist (unless the command is @creates_database) and a
-    database that cannot be reached."""
+    URL, a SQLite file that does not exist (unless `create`: the commands that may start a new
+    database) and a database that cannot be reached."""
     from largesse.bootstrap import prepare as prepare_db
 
     settings = settings or load_settings()
     url = database_url(settings)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:" \
-            and not _creating.get() and not Path(url.database).exists():
+            and not create and not Path(url.database).exists():
         fail(f"no SQLite database at {Path(url.database).resolve()}: create one with `largesse db upgrade` "
              f"(or start `largesse serve`), or point LARGESSE_DATABASE_URL at an existing database")
     try:
@@ -145,17 +126,11 @@ def emit(data: dict, as_json: bool, text: str) -> None:
     typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
-def amount_text(cents: int, currency_code: str) -> str:
-    """An amount as every command prints it: with the currency's decimals (2, none for JPY...),
-    e.g. "210.10", "5000"; exact, never through a float."""
-    from largesse.money import decimals_for, format_amount
-
-    return format_amount(cents, decimals=decimals_for(currency_code))
-
-
 def money_text(cents: int, currency_code: str) -> str:
-    """An amount and its currency: "210.10 USD", "5000 JPY"."""
-    return f"{amount_text(cents, currency_code)} {currency_code}"
+    """An amount and its currency as every command prints it: "210.10 USD", "5000 JPY"."""
+    from largesse.money import amount_in
+
+    return f"{amount_in(cents, currency_code)} {currency_code}"
 
 
 def operator_list(org: str | None, limit: int, list_all) -> list:

@@ -115,6 +115,11 @@ def format_amount(cents: int, *, decimals: int = 2) -> str:
     return f"{Decimal(cents).scaleb(-2):.{decimals}f}"
 
 
+def amount_in(cents: int, currency_code: str | None) -> str:
+    """format_amount with the currency's decimals: "210.10" USD, "5000" JPY."""
+    return format_amount(cents, decimals=decimals_for(currency_code))
+
+
 def percent_of(cents: int, basis_points: int) -> int:
     """basis_points/10000 of an amount, rounded half up, in integers only."""
     return (cents * basis_points + 5000) // 10000

@@ -164,10 +164,10 @@ def _parse_product(item: dict) -> dict:
     currencies = sorted({s["currency_code"] for s in skus})
     if not skus:
         raise CatalogError("at least one sku (denomination band) is required")
-    if not isinstance(item["countries"], list) or not all(
-            isinstance(c, str) and codes.country(c) for c in item["countries"]):
+    countries = [codes.country(c) if isinstance(c, str) else None for c in item["countries"]] \
+        if isinstance(item["countries"], list) else [None]
+    if None in countries:
         raise CatalogError("countries must be a list of ISO 3166 alpha-2 codes")
-    countries = [codes.country(c) for c in item["countries"]]
     if not countries:
         raise CatalogError("at least one country is required")
     images = item.get("images") or []

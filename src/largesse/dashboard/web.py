@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from largesse import db
 from largesse.dashboard import access, forms, signin
-from largesse.money import decimals_for, format_amount
+from largesse.money import amount_in
 from largesse.redemption import security
 
 log = logging.getLogger("largesse.dashboard")
@@ -44,7 +44,7 @@ def money(cents: int | None, currency: str = "USD") -> str:
     if cents is None:
         return ""
     sign = "-" if cents < 0 else ""
-    return f"{sign}{format_amount(abs(cents), decimals=decimals_for(currency))} {currency}"
+    return f"{sign}{amount_in(abs(cents), currency)} {currency}"
 
 
 def when(value: datetime | None) -> str:

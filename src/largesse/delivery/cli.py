@@ -34,7 +34,7 @@ def worker(
     from largesse.ops import logs
 
     logs.configure(settings.log_format, settings.log_level)  # same redacting text/JSON lines as `serve`
-    engine = open_engine(settings)
+    engine = open_engine(settings, create=True)  # a worker may be the first process on a new database
     w = Worker(engine, settings, concurrency=concurrency, webhook_concurrency=webhook_concurrency)
     if once:
         count = w.drain()

@@ -10,13 +10,13 @@ from largesse.cli_common import (
     JsonFlag,
     LimitOption,
     OrgFilterOption,
-    amount_text,
     emit,
     fail,
     money_text,
     open_engine,
     operator_list,
 )
+from largesse.money import amount_in
 
 invoices_app = typer.Typer(help="Invoices: mark them paid.", no_args_is_help=True)
 
@@ -30,7 +30,7 @@ def invoices_list(org: OrgFilterOption = None, limit: LimitOption = 100, as_json
     data = {"invoices": [service.to_wire(r) | {"organization_id": r.organization_id} for r in rows]}
     emit(data, as_json, "\n".join(
         f"{r.id}  {r.organization_id}  {r.status:<8} "
-        f"{amount_text(r.amount_cents, r.currency_code):>12} {r.currency_code}  "
+        f"{amount_in(r.amount_cents, r.currency_code):>12} {r.currency_code}  "
         f"{r.created_at:%Y-%m-%d %H:%M:%S}  {r.po_number or ''}" for r in rows) or "no invoices")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from largesse.money import decimals_for, format_amount
+from largesse.money import amount_in
 from largesse.timeutil import iso
 
 CSV_COLUMNS = ["invoice_id", "organization", "organization_id", "po_number", "memo", "amount", "currency_code",
@@ -13,8 +13,7 @@ CSV_COLUMNS = ["invoice_id", "organization", "organization_id", "po_number", "me
 
 
 def _amount(row) -> str:
-    decimals = decimals_for(row.currency_code)
-    return format_amount(row.amount_cents, decimals=decimals)
+    return amount_in(row.amount_cents, row.currency_code)
 
 
 def safe_cell(value: str) -> str:

@@ -13,7 +13,7 @@ from largesse import db
 from largesse.dashboard import access, forms
 from largesse.dashboard.web import route, when
 from largesse.errors import ApiError
-from largesse.money import MoneyError, decimals_for, format_amount, to_cents
+from largesse.money import MoneyError, amount_in, decimals_for, to_cents
 from largesse.orders import approvals
 from largesse.orders.models import orders
 from largesse.orgs.models import members
@@ -70,7 +70,7 @@ def _page(ctx, status: int = 200, *, error: str | None = None, entered: dict | N
                 notice = f"Order {order.id} {decision['verb']} by {decision['by']} at {when(decision['at'])} UTC."
     above = ""
     if policy is not None and policy.above_cents is not None:
-        above = format_amount(policy.above_cents, decimals=decimals_for(ctx.viewer.currency_code))
+        above = amount_in(policy.above_cents, ctx.viewer.currency_code)
     if policy is not None and entered:  # after an error: the form as it was sent
         above = entered["above"]
         policy = approvals.Policy(entered["mode"] or policy.mode, policy.above_cents, entered["api_allowed"])

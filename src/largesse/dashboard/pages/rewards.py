@@ -23,7 +23,7 @@ from largesse.delivery import service as delivery
 from largesse.errors import ApiError
 from largesse.fields import service as fields_service
 from largesse.invoices import documents
-from largesse.money import decimals_for, format_amount
+from largesse.money import amount_in
 from largesse.orders import browse
 from largesse.orders.models import orders, rewards
 
@@ -105,7 +105,7 @@ def links_csv(issued: list[tuple]) -> str:
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(LINKS_CSV_COLUMNS)
     for reward, link in issued:
-        amount = format_amount(reward.denomination_cents, decimals=decimals_for(reward.currency_code))
+        amount = amount_in(reward.denomination_cents, reward.currency_code)
         writer.writerow([documents.safe_cell(str(v)) for v in (
             reward.id, reward.recipient_name or "", reward.recipient_email or "", amount, reward.currency_code,
             link)])
