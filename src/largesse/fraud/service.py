@@ -309,6 +309,13 @@ def _reasons(conn: Connection, configured: dict, *, reward, address, ip, email, 
     return reasons
 
 
+def held_among(conn: Connection, reward_ids: list[str]) -> set[str]:
+    """Which of these rewards are held: their redemption waits for a review (FLAGGED)."""
+    if not reward_ids:
+        return set()
+    return set(conn.execute(select(fraud_reviews.c.reward_id).where(
+        fraud_reviews.c.reward_id.in_(reward_ids), fraud_reviews.c.status == FLAGGED)).scalars())
+
+
 def is_held(conn: Connection, reward_id: str) -> bool:
-    return conn.execute(select(fraud_reviews.c.reward_id).where(
-        fraud_reviews.c.reward_id == reward_id, fraud_reviews.c.status == FLAGGED)).first() is not None
+    return bool(held_among(conn, [reward_id]))

@@ -81,15 +81,6 @@ def review_of(conn, org: str, reward_id: str):
     return conn.execute(_select(org).where(fraud_reviews.c.reward_id == reward_id)).first()
 
 
-def flagged_among(conn, org: str, reward_ids: list[str]) -> set[str]:
-    """Which of these rewards (one page of a list) are held for review."""
-    if not reward_ids:
-        return set()
-    return set(conn.execute(select(fraud_reviews.c.reward_id).where(
-        fraud_reviews.c.organization_id == org, fraud_reviews.c.status == FLAGGED,
-        fraud_reviews.c.reward_id.in_(reward_ids))).scalars())
-
-
 def waiting_count(conn, org: str) -> int:
     """Flagged reviews, counted up to WAITING_CAP + 1 (the overview says "more than 100")."""
     capped = (select(fraud_reviews.c.reward_id).where(fraud_reviews.c.organization_id == org,

@@ -22,6 +22,7 @@ from largesse.dashboard.web import route
 from largesse.delivery import service as delivery
 from largesse.errors import ApiError
 from largesse.fields import service as fields_service
+from largesse.fraud import service as fraud
 from largesse.invoices import documents
 from largesse.money import amount_in
 from largesse.orders import browse
@@ -81,7 +82,7 @@ def _show_order(ctx, order_id: str, *, status: int = 200, error: str | None = No
         order = access.owned(conn, ctx.viewer, orders, order_id)
         rows, more = browse.page_order_rewards(conn, order.id, before=_before(ctx), limit=PAGE_SIZE)
         decision = approvals_page.decision_of(conn, order)
-        under_review = reviews_page.flagged_among(conn, order.organization_id, [r.id for r in rows])
+        under_review = fraud.held_among(conn, [r.id for r in rows])  # the order's own rewards
         # Offer "Download links (CSV)" on an order with LINK rewards (ix_rewards_order).
         has_link_rewards = conn.execute(select(exists().where(
             rewards.c.order_id == order.id, rewards.c.delivery_method == "LINK"))).scalar()
@@ -145,7 +146,7 @@ def list_rewards(ctx):
                                                                             limit=PAGE_SIZE)
         campaigns = campaigns_service.list_for(conn, org)
         fields = fields_service.list_for(conn, org)
-        under_review = reviews_page.flagged_among(conn, org, [r.id for r in rows])
+        under_review = fraud.held_among(conn, [r.id for r in rows])  # a page of the org's own rewards
     pager = _pager(ctx, browse.cursor_of(rows[-1]) if more else None)
     return ctx.render("rewards.html", title="Rewards", rows=rows, pager=pager,
                       flt=flt, campaigns=campaigns, fields=fields, statuses=browse.REWARD_STATUSES,
