@@ -108,16 +108,17 @@ def to_wire(cents: int) -> int | float:
     return float(Decimal(cents) / 100)
 
 
-def format_amount(cents: int, *, decimals: int = 2) -> str:
-    """Text for people ("1234.50"; "5000" for 500000 cents of a currency with decimals=0):
+def format_amount(cents: int, *, decimals: int = 2, grouped: bool = False) -> str:
+    """Text for people ("1234.50"; "5000" for 500000 cents of a currency with decimals=0;
+    grouped: "1,234.50", the thousands separated as the dashboard's forms accept them back):
     exact at any size, never through a float. Amounts are kept in hundredths of a unit in
     every currency; a zero-decimal one's are whole units (to_cents refuses fractions)."""
-    return f"{Decimal(cents).scaleb(-2):.{decimals}f}"
+    return f"{Decimal(cents).scaleb(-2):{',' if grouped else ''}.{decimals}f}"
 
 
-def amount_in(cents: int, currency_code: str | None) -> str:
+def amount_in(cents: int, currency_code: str | None, *, grouped: bool = False) -> str:
     """format_amount with the currency's decimals: "210.10" USD, "5000" JPY."""
-    return format_amount(cents, decimals=decimals_for(currency_code))
+    return format_amount(cents, decimals=decimals_for(currency_code), grouped=grouped)
 
 
 def percent_of(cents: int, basis_points: int) -> int:

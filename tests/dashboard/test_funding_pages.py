@@ -28,7 +28,7 @@ def create_invoice(client, **fields) -> str:
 def test_invoice_create_list_documents_delete(admin, http, engine):
     location = create_invoice(admin)
     text = text_of(admin.get(location).text)
-    assert "Invoice created" in text and "1250.50 USD" in text and "PO-7" in text and "Q3 rewards" in text
+    assert "Invoice created" in text and "1,250.50 USD" in text and "PO-7" in text and "Q3 rewards" in text
     [invoice] = ok(http.get("/invoices"))["invoices"]  # the API sees the same invoice
     assert invoice["amount"] == 1250.5 and invoice["po_number"] == "PO-7" and invoice["status"] == "OPEN"
     assert f"Delete invoice {invoice['id']}" in text
@@ -58,7 +58,7 @@ def test_a_paid_invoice_cannot_be_deleted_and_credits_a_second_currency(admin, h
     response = post(admin, "/dashboard/funding/invoices", f"/dashboard/funding/invoices/{invoice['id']}/delete", {})
     assert response.status_code == 409 and "a paid invoice cannot be deleted" in text_of(response.text)
     funding = text_of(admin.get("/dashboard/funding").text)  # both balances, each in its currency
-    assert "5000.00 USD" in funding and "300.00 EUR" in funding
+    assert "5,000.00 USD" in funding and "300.00 EUR" in funding
 
 
 def test_invoice_form_shows_the_apis_errors(admin, http):

@@ -66,13 +66,13 @@ def test_a_zero_decimal_currency_is_shown_in_whole_units(engine, server):
         text = text_of(client.get("/dashboard").text)
     finally:
         client.close()
-    assert "5000 JPY" in text and "500000" not in text, text
+    assert "5,000 JPY" in text and "500000" not in text, text
 
 
 def test_overview_shows_balance_and_this_months_rewards(admin, http, org):
     place(http, org.member_email, denomination=30)
     text = text_of(admin.get("/dashboard").text)
-    assert "Available 4970.00 USD" in text
+    assert "Available 4,970.00 USD" in text
     assert "Active 1" in text and "Recent orders" in text
 
 
@@ -187,7 +187,7 @@ def test_csv_with_a_bad_row_then_fixed_places_one_order_once(admin, http, org):
     response = upload(admin, fixed)
     preview_url = response.headers["location"]
     text = text_of(admin.get(preview_url).text)
-    assert "Total 45.00 USD" in text and "Available balance 5000.00 USD" in text
+    assert "Total 45.00 USD" in text and "Available balance 5,000.00 USD" in text
     assert "Place order of 3 rewards" in text
     placed = post(admin, preview_url, preview_url, {})
     assert placed.status_code == 303
@@ -207,7 +207,7 @@ def test_csv_of_5000_rows_is_one_order(admin, http, org, backend):
     rows = "".join(f"Person {i},{org.member_email},1\n" for i in range(5000))
     location = upload(admin, "name,email,amount\n" + rows, products=CHARITY_USD, method="LINK").headers["location"]
     text = text_of(admin.get(location).text)
-    assert "Total 5000.00 USD" in text and "Place order of 5000 rewards" in text
+    assert "Total 5,000.00 USD" in text and "Place order of 5000 rewards" in text
     placed = post(admin, location, location, {})
     assert placed.status_code == 303, text_of(placed.text)[:500]
     order = ok(http.get(f"/orders/{placed.headers['location'].rsplit('/', 1)[1]}"))["order"]
@@ -272,6 +272,31 @@ def test_reward_filters(admin, http, org):
     assert north["id"] in admin.get("/dashboard/rewards", params={"to": "9999-12-31"}).text
 
 
+def test_rewards_of_one_recipient(admin, http, org, engine):
+    """The Recipient email box: the whole address in any capitals, with the other filters, and
+    its pages keep it."""
+    from tests.factories import many_rewards_body
+
+    _, mia = add_member(engine, org.id)
+    field = make_field(http, options=("North", "South"), name="Area")
+    hers = ok(http.post("/orders", json=many_rewards_body(mia, [5] * 27)))["order"]["rewards"]
+    north = place(http, mia, custom_fields=[{"id": field["id"], "value": "North"}])["rewards"][0]
+    other = place(http, org.member_email)["rewards"][0]
+    page = admin.get("/dashboard/rewards", params={"recipient": mia.upper()})
+    assert page.status_code == 200 and f'value="{mia.upper()}"' in page.text
+    assert page.text.count('href="/dashboard/rewards/') == 25 and north["id"] in page.text
+    assert other["id"] not in page.text
+    rest = admin.get(re.search(r'href="([^"]+)" rel="next"', page.text).group(1).replace("&amp;", "&")).text
+    assert rest.count('href="/dashboard/rewards/') == 3 and other["id"] not in rest
+    assert {r["id"] for r in hers} <= set(re.findall(r'href="/dashboard/rewards/([A-Z0-9]+)"', page.text + rest))
+    both = admin.get("/dashboard/rewards", params={"recipient": mia, "field": "Area", "value": "North"}).text
+    assert both.count('href="/dashboard/rewards/') == 1 and north["id"] in both
+    nobody = admin.get("/dashboard/rewards", params={"recipient": "nobody@example.com"}).text
+    assert "No rewards match" in nobody
+    mine = admin.get("/dashboard/rewards", params={"recipient": f" {org.member_email} "}).text
+    assert other["id"] in mine and north["id"] not in mine
+
+
 def test_pagination_is_in_the_database(admin, http, org):
     from tests.factories import many_rewards_body
 
@@ -290,7 +315,7 @@ def test_pagination_is_in_the_database(admin, http, org):
 def test_funding_ledger_has_a_running_balance(admin, http, org):
     place(http, org.member_email, denomination=100)
     text = text_of(admin.get("/dashboard/funding").text)
-    assert "-100.00 USD 4900.00 USD" in text and "Sandbox pre-loaded balance 5000.00 USD 5000.00 USD" in text
+    assert "-100.00 USD 4,900.00 USD" in text and "Sandbox pre-loaded balance 5,000.00 USD 5,000.00 USD" in text
 
 
 def test_keys_created_once_and_revoked(admin, org, server):

@@ -63,6 +63,19 @@ def test_report_form_shows_the_apis_errors(admin, http, other_org):
     assert "No reports yet" in text_of(admin.get("/dashboard/reports").text)
 
 
+def test_report_amounts_follow_the_dashboards_amount_rule(admin):
+    """The amount boxes read as every amount of the dashboard (forms.read_amount): a comma only
+    between thousands; "7,5" is refused with a suggestion, never read as 75."""
+    response = ask(admin, amount_lte="7,5")
+    assert response.status_code == 400 and "Largest amount: use a dot for decimals: 7.50" in text_of(response.text)
+    assert 'value="7,5"' in response.text  # kept in the box
+    assert "No reports yet" in text_of(admin.get("/dashboard/reports").text)
+    response = ask(admin, amount_gte="1,000", amount_lte="12,345.50")
+    assert response.status_code == 303
+    text = text_of(admin.get(response.headers["location"]).text)
+    assert "amount from 1,000.00; amount up to 12,345.50" in text
+
+
 def test_reports_in_progress_are_limited_as_in_the_api(admin):
     from largesse.reports.service import MAX_IN_PROGRESS
 

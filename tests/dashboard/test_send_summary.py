@@ -5,6 +5,7 @@ Send, Send places one order however often it is posted, and Edit gives the form 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from largesse import db
 from largesse.orders import approvals
@@ -34,7 +35,7 @@ def test_the_summary_shows_fee_total_and_balance_after_and_charges_nothing(admin
     assert "Amount 20.00 USD" in text and "Fee 1.00 USD" in text  # 2.5 % of 20.00 + 0.50
     assert "Total charged to the balance 21.00 USD" in text
     available = before[0]
-    assert f"Balance after {(available - 2100) / 100:.2f} USD" in text
+    assert f"Balance after {Decimal(available - 2100).scaleb(-2):,.2f} USD" in text  # grouped: 4,979.00
     assert "approval policy" not in text
     assert snapshot(http) == before  # the summary placed and charged nothing
     # An odd amount: the fee is the service's rule (the same _plan place_order runs).

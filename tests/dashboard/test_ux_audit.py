@@ -46,7 +46,7 @@ def test_csv_amounts_follow_the_same_rule(admin, org):
     assert "1 row cannot be sent" in text and "amount: use a dot for decimals: 25.50" in text
     fixed = f'name,email,amount\nAda,{email},25.50\nBob,{email},"1,000"\nCy,{email},7.5\n'
     text = text_of(admin.get(upload(admin, fixed, products=CHARITY_USD).headers["location"]).text)
-    assert "Place order of 3 rewards" in text and "1033.00 USD" in text
+    assert "Place order of 3 rewards" in text and "1,033.00 USD" in text
 
 
 def test_resend_is_offered_only_when_the_delivery_failed(admin, http, org, engine, server):

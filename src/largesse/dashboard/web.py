@@ -41,10 +41,11 @@ FLASH_SECONDS = 120
 
 
 def money(cents: int | None, currency: str = "USD") -> str:
+    """An amount for people: "1,250.50 USD", "-100.00 USD", "5,000 JPY"."""
     if cents is None:
         return ""
     sign = "-" if cents < 0 else ""
-    return f"{sign}{amount_in(abs(cents), currency)} {currency}"
+    return f"{sign}{amount_in(abs(cents), currency, grouped=True)} {currency}"
 
 
 def when(value: datetime | None) -> str:

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from largesse import db
 from largesse.dashboard import access, forms
-from largesse.dashboard.web import TEMPLATES, route
+from largesse.dashboard.web import TEMPLATES, money, route
 from largesse.errors import ApiError
 from largesse.funding import service as funding
 from largesse.invoices import documents
@@ -29,8 +29,9 @@ TOPUP_NOTICES = {"requested": "Top-up requested. The balance is credited when th
 
 
 def wire_money(amount, currency: str) -> str:
-    """An amount as the API shows it (a JSON number of at most 2 decimals), for people."""
-    return f"{Decimal(str(amount)):.2f} {currency}"
+    """An amount as the API shows it (a JSON number of at most 2 decimals), for people, as
+    every other amount of the dashboard (web.money)."""
+    return money(int(Decimal(str(amount)).scaleb(2)), currency)
 
 
 TEMPLATES.filters["wire_money"] = wire_money

@@ -7,14 +7,11 @@ CSV. The download link is the one GET /reports/{id} hands out (the signed
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal
-
 from fastapi import APIRouter
 
 from largesse import db
 from largesse.campaigns import service as campaigns_service
-from largesse.dashboard import access
+from largesse.dashboard import access, forms
 from largesse.dashboard.web import route
 from largesse.errors import ApiError
 from largesse.reports import endpoints as report_endpoints
@@ -22,7 +19,6 @@ from largesse.reports import service as reports
 from largesse.reports.models import reports as reports_table
 
 router = APIRouter()
-_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,10})?")
 F = "filters.digital_rewards."
 # The API's error paths, in the words of the form's labels.
 LABELS = {F + "amount.gte": "Smallest amount", F + "amount.lte": "Largest amount",
@@ -51,7 +47,7 @@ def describe(filters: dict) -> str:
     parts = []
     for key, value in filters.items():
         if key.endswith("_cents"):
-            value = format_amount(value)
+            value = format_amount(value, grouped=True)
         elif isinstance(value, list):
             value = " or ".join(REWARD_STATUSES.get(v, v).lower() for v in value)
         else:
@@ -65,16 +61,18 @@ def _link(ctx):
     return report_endpoints._linker(ctx.request, ctx.csrf_key)
 
 
-def _amount(text: str):
-    """Typed digits as an exact Decimal (the API reads JSON numbers exactly); other text is
-    passed on as text, which the service refuses with its own message."""
-    return Decimal(text) if _NUMBER.fullmatch(text) else text
-
-
 def _body(entered: dict) -> dict:
-    """The form as POST /reports's body (API.md §2.9)."""
+    """The form as POST /reports's body (API.md §2.9); the amounts are read by the dashboard's
+    one amount rule (forms.read_amount: "1,000.50", never "7,5" as 75), which raises AmountError
+    naming the box. Whether an amount is acceptable stays the service's rule."""
     given: dict = {}
-    amount = {k: _amount(entered[f"amount_{k}"]) for k in ("gte", "lte") if entered[f"amount_{k}"]}
+    amount = {}
+    for key, box in (("gte", "Smallest amount"), ("lte", "Largest amount")):
+        if entered[f"amount_{key}"]:
+            try:
+                amount[key] = forms.read_amount(entered[f"amount_{key}"])
+            except forms.AmountError as exc:
+                raise forms.AmountError(f"{box}: {exc}") from None
     created = {k: entered[f] for k, f in (("gte", "from"), ("lte", "to")) if entered[f]}
     if amount:
         given["amount"] = amount
@@ -123,8 +121,11 @@ def create_report(ctx):
     entered = {name: form.get(name, max_length=30) for name in EMPTY if name != "status"}
     entered["status"] = [s for s in form.getlist("status", max_length=30) if s in REWARD_STATUSES]
     try:
+        body = _body(entered)
         with db.write(ctx.engine) as conn:
-            report = reports.create(conn, ctx.viewer.organization_id, None, _body(entered))
+            report = reports.create(conn, ctx.viewer.organization_id, None, body)
+    except forms.AmountError as exc:
+        return _page(ctx, 400, error=str(exc), entered=entered)
     except ApiError as exc:  # 400 a filter or another organization's campaign or order, 429 too many in progress
         return _page(ctx, exc.status_code, error=_message(exc), entered=entered)
     return ctx.redirect(f"/dashboard/reports?asked={report['id']}")

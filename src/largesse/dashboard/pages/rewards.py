@@ -137,7 +137,8 @@ def list_rewards(ctx):
         status=status if status in browse.REWARD_STATUSES else None,
         delivery_status=delivery_status if delivery_status in browse.DELIVERY_STATUSES else None,
         campaign_id=ctx.arg("campaign", max_length=20) or None, created_gte=gte, created_lt=lt,
-        fields=[(label, value)] if label and value else [])
+        fields=[(label, value)] if label and value else [],
+        recipient_email=ctx.arg("recipient", max_length=320) or None)
     # A value without a field would be ignored (the filter is one field's value): ask for the
     # field instead of listing every reward as if it matched.
     field_needed = bool(value and not label)
