@@ -211,9 +211,25 @@ def create_org(engine, base_url: str, *, sandbox: bool = True, name: str = "Acme
     return Org(created.organization_id, created.api_key, created.funding_source_id, email, base_url)
 
 
+def production_org(engine, base_url: str, *, dollars: int = 1000) -> Org:
+    """A production organization (LRG_PROD_ key), funded as an operator would."""
+    from largesse.funding import service as funding
+
+    org = create_org(engine, base_url, sandbox=False, name="Prod Corp")
+    funding.fund(engine, organization_id=org.id, amount_cents=dollars * 100, memo="test funding", reference=None)
+    return org
+
+
 @pytest.fixture
 def org(engine, server) -> Org:
     return create_org(engine, server.url)
+
+
+@pytest.fixture
+def prod_org(engine, make_server) -> Org:
+    """A funded production organization on a production server of the test database (the
+    sandbox server `server` shares it): real fulfillment, such as inventory codes, is there only."""
+    return production_org(engine, make_server(environment="production").url)
 
 
 @pytest.fixture

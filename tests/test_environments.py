@@ -11,20 +11,12 @@ from sqlalchemy import create_engine, text
 
 from largesse import db
 from largesse.auth import hash_key
-from largesse.funding import service as funding
 from largesse.ids import new_id
 from largesse.migrate import upgrade
 from largesse.orgs.models import api_keys
 from largesse.timeutil import utcnow
-from tests.conftest import Org, create_org
+from tests.conftest import Org, create_org, production_org
 from tests.factories import error, ok, order_body, orders_count
-
-
-def production_org(engine, base_url: str, *, dollars: int = 1000) -> Org:
-    """A production organization (LRG_PROD_ key), funded as an operator would."""
-    org = create_org(engine, base_url, sandbox=False, name="Prod Corp")
-    funding.fund(engine, organization_id=org.id, amount_cents=dollars * 100, memo="test funding", reference=None)
-    return org
 
 
 def _forged_key(engine, org_id: str, prefix: str) -> str:

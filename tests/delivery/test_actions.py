@@ -134,8 +134,8 @@ def test_generate_link_for_link_rewards_only(org, http, api, engine):
     generated = api.generate_reward_link(created["id"]).reward
     assert generated.id == created["id"] and generated.link != first and "/redeem/" in generated.link
     with db.read(engine) as conn:  # both links work: the first may already be in the recipient's hands
-        assert tokens.reward_for(conn, first.rsplit("/", 1)[1]) == created["id"]
-        assert tokens.reward_for(conn, generated.link.rsplit("/", 1)[1]) == created["id"]
+        assert tokens.reward_for(conn, first.rsplit("/", 1)[1], "sandbox") == created["id"]
+        assert tokens.reward_for(conn, generated.link.rsplit("/", 1)[1], "sandbox") == created["id"]
     email_reward = place(http, org.member_email)["rewards"][0]["id"]
     with pytest.raises(ForbiddenException):
         api.generate_reward_link(email_reward)

@@ -189,7 +189,7 @@ def test_sandbox_member_rule_per_reward_and_per_organization(org, other_org, htt
 
 
 def test_production_accepts_any_valid_email(engine, make_server):
-    from tests.test_environments import production_org
+    from tests.conftest import production_org
 
     server = make_server(environment="production")
     with production_org(engine, server.url).http() as prod:

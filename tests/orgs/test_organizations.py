@@ -13,9 +13,8 @@ from tremendous.exceptions import BadRequestException, ForbiddenException, NotFo
 from largesse import db
 from largesse.funding import service as funding
 from largesse.orgs.models import organizations
-from tests.conftest import Org
+from tests.conftest import Org, production_org
 from tests.factories import available_cents, error, make_campaign, make_field, ok
-from tests.test_environments import production_org
 
 
 def _sub_org(api, name="Sub Co", *, with_api_key=True, currency_code=None, **copy):

@@ -24,9 +24,9 @@ def test_import_skips_and_counts_duplicates(cli, tmp_path, engine):
     assert cli("inventory", "import", "PNOSUCHPRODUCT", str(tmp_path / "more.csv"), check=False).returncode == 1
 
 
-def test_last_code_goes_to_exactly_one_reward(org, engine):
+def test_last_code_goes_to_exactly_one_reward(prod_org, engine):
     product_id = inventory_product(engine, codes=["ONLY-CODE-1,4321"])
-    links = [link_reward(org, products=(product_id, GIFT_CARD))[1] for _ in range(2)]
+    links = [link_reward(prod_org, products=(product_id, GIFT_CARD))[1] for _ in range(2)]
     sessions = []
     for link in links:
         client = page_client()
@@ -57,13 +57,29 @@ def test_last_code_goes_to_exactly_one_reward(org, engine):
     assert (row["issued"], row["available"]) == (1, 0)
 
 
-def test_unfulfillable_products_are_shown_unavailable(org, engine):
+def test_unfulfillable_products_are_shown_unavailable(prod_org, engine):
     empty = inventory_product(engine, codes=[])
     unfulfilled = inventory_product(engine, codes=[], fulfillment=None)
-    _, link = link_reward(org, products=(empty, unfulfilled))
+    _, link = link_reward(prod_org, products=(empty, unfulfilled))
     with page_client() as client:
         page = client.get(link)
         assert "Unavailable: Out of stock right now" in page.text and "Confirm my choice" not in page.text
         assert "Unavailable: Not available at the moment" in page.text and page.text.count(" disabled") == 2
         refused = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": empty})
         assert refused.status_code == 409 and 'role="alert"' in refused.text
+
+
+def test_the_sandbox_never_hands_out_inventory_codes(org, engine):
+    """A sandbox organization's free balance buys test codes only, even of a product whose real
+    codes a shared database holds for production."""
+    product_id = inventory_product(engine, codes=["REAL-CODE-1,1234"])
+    _, link = link_reward(org, products=(product_id,))
+    with page_client() as client:
+        page = client.get(link)
+        assert "Sandbox" in page.text and "Out of stock" not in page.text
+        done = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": product_id},
+                           follow_redirects=True)
+    assert done.status_code == 200 and "TEST-" in done.text and "REAL-CODE-1" not in done.text
+    with db.read(engine) as conn:
+        row = next(r for r in inventory.stock(conn) if r["product_id"] == product_id)
+    assert (row["issued"], row["available"]) == (0, 1)

@@ -208,13 +208,34 @@ def test_rate_limits_per_ip_and_per_token(org, make_server):
     assert statuses == [403, 403, 429]
 
 
-def test_sandbox_products_are_unavailable_in_production(org, make_server):
-    production = make_server(environment="production")
-    _, link = link_reward(org, products=(GIFT_CARD,))
+def test_sandbox_products_are_unavailable_in_production(prod_org):
+    _, link = link_reward(prod_org, products=(GIFT_CARD,))  # a product of the shipped (sandbox) catalog
     with page_client() as client:
-        page = client.get(production.url + link[link.index("/redeem/"):])
+        page = client.get(link)
     assert page.status_code == 200 and "disabled" in page.text and "Not available at the moment" in page.text
     assert "Confirm my choice" not in page.text
+
+
+def test_a_server_serves_only_its_own_environments_links(org, prod_org, server, engine):
+    """Sandbox and production servers may share a database: each answers the other's reward
+    links as unknown, so a production reward is never redeemed for a sandbox test code."""
+    from largesse.orders.models import rewards
+
+    prod_reward, prod_link = link_reward(prod_org, products=(GIFT_CARD,))
+    _, sandbox_link = link_reward(org, products=(GIFT_CARD,))
+    production_url = prod_link[:prod_link.index("/redeem/")]
+    assert not production_url.startswith(server.url)
+    with page_client() as client:
+        on_sandbox = server.url + prod_link[prod_link.index("/redeem/"):]
+        page = client.get(on_sandbox)
+        assert page.status_code == 404 and "Confirm my choice" not in page.text
+        refused = client.post(on_sandbox, data={"csrf_token": "x" * 64, "product_id": GIFT_CARD})
+        assert refused.status_code in (403, 404)
+        on_production = production_url + sandbox_link[sandbox_link.index("/redeem/"):]
+        assert client.get(on_production).status_code == 404
+        assert client.get(sandbox_link).status_code == 200  # each on its own server
+    with db.read(engine) as conn:
+        assert conn.execute(select(rewards.c.status).where(rewards.c.id == prod_reward)).scalar_one() == "ACTIVE"
 
 
 def test_text_colour_meets_wcag_aa():

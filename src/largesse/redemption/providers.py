@@ -13,6 +13,10 @@ Providers:
   `reward_id IS NULL` condition and the unique reward_id column make a double issue impossible.
 - "sandbox": generated codes marked TEST-..., worth nothing; only in the sandbox
   environment (in production it would hand out codes that look real and are not).
+
+In the sandbox every product is fulfilled by "sandbox" (provider_for), whatever its own
+provider: a sandbox organization's free pre-loaded balance must never take real codes of an
+inventory that a shared database holds for production.
 """
 
 from __future__ import annotations
@@ -102,6 +106,9 @@ class SandboxProvider:
 PROVIDERS = {provider.name: provider for provider in (InventoryProvider(), SandboxProvider())}
 
 
-def provider_for(product):
-    """The product's provider, or None when it has none (shown as unavailable)."""
+def provider_for(product, settings: Settings):
+    """The product's provider, or None when it has none (shown as unavailable); in the sandbox,
+    test codes for every product."""
+    if settings.sandbox:
+        return PROVIDERS["sandbox"]
     return PROVIDERS.get(product.fulfillment or "")

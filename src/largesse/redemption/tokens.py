@@ -7,6 +7,8 @@ import secrets
 
 from sqlalchemy import Connection, select, update
 
+from largesse.orders.models import rewards
+from largesse.orgs.models import organizations
 from largesse.redemption.models import redemption_tokens
 from largesse.timeutil import utcnow
 
@@ -43,13 +45,18 @@ def issue(conn: Connection, reward_id: str, *, revoke_others: bool = False) -> s
     return issue_many(conn, [reward_id])[reward_id]
 
 
-def reward_for(conn: Connection, token: str) -> str | None:
-    """The reward a live token belongs to, or None (unknown or revoked)."""
+def reward_for(conn: Connection, token: str, environment: str) -> str | None:
+    """The reward a live token belongs to, or None (unknown or revoked, or a reward of an
+    organization of the other environment: a sandbox server never redeems a production reward
+    for a test code, nor a production server a sandbox one, when both share a database)."""
     if not token or len(token) > 200:
         return None
     return conn.execute(
         select(redemption_tokens.c.reward_id)
-        .where(redemption_tokens.c.token_hash == hash_token(token), redemption_tokens.c.revoked_at.is_(None))
+        .join(rewards, rewards.c.id == redemption_tokens.c.reward_id)
+        .join(organizations, organizations.c.id == rewards.c.organization_id)
+        .where(redemption_tokens.c.token_hash == hash_token(token), redemption_tokens.c.revoked_at.is_(None),
+               organizations.c.environment == environment)
     ).scalar()
 
 
