@@ -18,7 +18,7 @@ from largesse.delivery.models import jobs
 from largesse.orders.models import rewards
 from largesse.timeutil import utcnow
 from tests.delivery.conftest import Sink, job_rows, reward_row, set_job, tagged, wait_for
-from tests.factories import ok, place
+from tests.factories import ok, order_body, place
 
 
 def _start_worker(database_url: str, smtp_url: str, log: Path, *args: str, lease: float = 300) -> subprocess.Popen:
@@ -112,3 +112,27 @@ def test_two_worker_processes_send_each_email_exactly_once(org, http, sink, engi
     assert all(proc.returncode == 0 for proc in procs)
     if backend == "postgresql":
         assert all(count > 0 for count in counts), counts  # both took a share of the queue
+
+
+def test_each_environments_worker_takes_its_own_environments_jobs(org, http, prod_org, sink, fast, drain, engine):
+    """Sandbox and production servers may share a database: a worker delivers its own
+    environment's rewards only, with its rules and its links (a sandbox worker sent production
+    emails with links to the sandbox server, and a production worker ignored the sandbox's
+    test recipients)."""
+    stranger = "someone@elsewhere.example"
+    with prod_org.http() as prod:
+        prod_reward = ok(prod.post("/orders", json=order_body(stranger)))["order"]["rewards"][0]["id"]
+    failing = place(http, org.member_email.replace("@", "+fail@"))["rewards"][0]["id"]
+    place(http, org.member_email)
+    drain(fast(smtp_url=sink.url))  # a sandbox worker
+    assert len(sink.handler.to(org.member_email)) == 1 and not sink.handler.to(stranger)
+    assert [job.status for job in job_rows(engine, prod_reward)] == ["queued"]
+    with db.read(engine) as conn:
+        assert conn.execute(select(rewards.c.delivery_status).where(rewards.c.id == failing)).scalar() == "FAILED"
+
+    production_url = prod_org.base_url
+    drain(fast(smtp_url=sink.url, environment="production", public_url=production_url))
+    [message] = sink.handler.to(stranger)
+    assert f"{production_url}/redeem/" in message.get_body(("plain",)).get_content()
+    assert [job.status for job in job_rows(engine, prod_reward)] == ["done"]
+    assert len(sink.handler.to(org.member_email)) == 1  # the sandbox's jobs were not taken again

@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, delete, func, or_, select, update
 
 from largesse import db
 from largesse.delivery.models import jobs
+from largesse.orgs.models import organizations
 from largesse.timeutil import utcnow
 
 QUEUED, RUNNING, DONE, DEAD = "queued", "running", "done", "dead"
@@ -95,7 +96,8 @@ def ensure_periodic(engine: Engine, kind: str) -> None:
 
 
 def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, prepare=None,
-          lane: str | None = None, cursor: Cursor | None = None, org_cap: int | None = None) -> list:
+          lane: str | None = None, cursor: Cursor | None = None, org_cap: int | None = None,
+          environment: str | None = None) -> list:
     """Take up to `limit` due jobs of `lane` (None: any lane) for this worker; returns their rows
     (attempts counted), oldest first.
 
@@ -108,6 +110,12 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, p
     `org_cap`: skip organizations that already have that many jobs of the lane running (in
     any worker), so that a slow organization cannot occupy every thread (the webhook lane).
 
+    `environment` ("sandbox", "production"; None: any): only jobs of that environment's
+    organizations, and jobs of none. Servers of both environments may share a database, and a
+    job is done with its environment's rules and links (the sandbox's test recipients, each
+    environment's LARGESSE_PUBLIC_URL): a worker takes its own environment's jobs only. The
+    organizations of the environment are one set per statement (IN a sub-select, hashed once).
+
     `prepare(conn, rows)`, when given, runs inside the claim transaction and its result is
     returned instead: the worker uses it to check and set up a whole batch in one commit.
     """
@@ -116,6 +124,9 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, p
     due = [jobs.c.status == QUEUED, jobs.c.run_after <= now]
     if lane is not None:
         due.append(jobs.c.lane == lane)
+    if environment is not None:
+        ours = select(organizations.c.id).where(organizations.c.environment == environment)
+        due.append(or_(jobs.c.organization_id.is_(None), jobs.c.organization_id.in_(ours)))
     if org_cap is not None:
         running = jobs.alias("running_jobs")
         busy = (select(func.count()).select_from(running)

@@ -208,7 +208,8 @@ class Worker:
     def _step(self, ctx: Context, lane: str) -> int:
         rows = job_queue.claim(self.engine, self.id, limit=BATCH[lane],
                                lease_seconds=self.settings.job_lease_seconds,
-                               lane=lane, cursor=self.cursors[lane], org_cap=self.org_caps.get(lane))
+                               lane=lane, cursor=self.cursors[lane], org_cap=self.org_caps.get(lane),
+                               environment=self.settings.environment)
         if not rows:
             return 0
         self._hold([r.id for r in rows])
