@@ -356,13 +356,16 @@ def test_team_invite_sends_a_sign_in_link(admin, http, engine, server):
 
 def test_sign_in_sets_the_members_last_login(engine, server, org, api):
     """Member.last_login_at and get_member's last_login event (API.md §3): absent until the
-    member signs in to the dashboard, then the time of the latest sign-in."""
+    member signs in to the dashboard, then the time of the latest sign-in; status INVITED
+    until then, REGISTERED after."""
     mid, _ = add_member(engine, org.id)
     assert api.list_members().members[-1].last_login_at is None
+    assert api.get_member(mid).member.status == "INVITED"
     assert [e.type for e in api.get_member(mid).member.events] == ["created"]
     signed_in(engine, server.url, org.id, mid).close()
     listed = next(m for m in api.list_members().members if m.id == mid)
     events = api.get_member(mid).member.events
+    assert listed.status == "REGISTERED" and api.get_member(mid).member.status == "REGISTERED"
     assert [e.type for e in events] == ["created", "last_login"]
     assert listed.last_login_at is not None and events[1].date_utc == listed.last_login_at >= listed.created_at
 

@@ -114,6 +114,21 @@ def test_custom_fields_stored_and_read_back_with_label(org, api, http):
     assert client_search_rewards(api, [("Team Name", "Red")]).rewards == []
 
 
+def test_custom_fields_come_back_in_one_order_from_create_and_reads(org, http):
+    """By label: the create response lists them as GET /rewards/{id}, GET /orders/{id} and the
+    search do, whatever order the request gave."""
+    dept = make_field(http, options=("Eng", "Ops"), name="dept")
+    cost = make_field(http, options=("Z", "Y"), name="cost center")
+    created = place(http, org.member_email, custom_fields=[{"id": dept["id"], "value": "Eng"},
+                                                           {"id": cost["id"], "value": "Z"}])
+    listed = created["rewards"][0]["custom_fields"]
+    assert [f["label"] for f in listed] == ["cost center", "dept"]
+    reward_id = created["rewards"][0]["id"]
+    assert ok(http.get(f"/rewards/{reward_id}"))["reward"]["custom_fields"] == listed
+    assert ok(http.get(f"/orders/{created['id']}"))["order"]["rewards"][0]["custom_fields"] == listed
+    assert ok(http.get("/rewards", params={"dept": "Eng"}))["rewards"][0]["custom_fields"] == listed
+
+
 def test_dropdown_value_outside_options_is_refused(org, http):
     field = make_field(http, options=["Sales", "Support"])
     before = snapshot(http)

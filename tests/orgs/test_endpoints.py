@@ -13,11 +13,11 @@ def test_member_added_by_api_becomes_sandbox_recipient(org, api, http):
     assert refused.json()["errors"]["payload"]["reward"]["recipient"]["email"]
 
     member = api.create_member(CreateMemberRequest(email="newcomer@example.com", role="MEMBER")).member
-    assert member.status == "REGISTERED" and member.role == "MEMBER"
+    assert member.status == "INVITED" and member.role == "MEMBER"  # until their first sign-in
     assert http.post("/orders", json=order_body("newcomer@example.com")).status_code == 200
 
-    emails = {m.email for m in api.list_members().members}
-    assert emails == {org.member_email, "newcomer@example.com"}
+    listed = {m.email: m.status for m in api.list_members().members}
+    assert listed == {org.member_email: "REGISTERED", "newcomer@example.com": "INVITED"}
     assert api.get_member(member.id).member.events[0].type == "created"
 
 

@@ -32,7 +32,7 @@ from largesse.config import Settings
 from largesse.dashboard.models import sessions, signin_tokens
 from largesse.delivery import jobs as job_queue
 from largesse.orgs.models import members, organizations
-from largesse.orgs.service import email_key
+from largesse.orgs.service import REGISTERED, email_key
 from largesse.redemption import ratelimit
 from largesse.timeutil import utcnow
 
@@ -206,7 +206,8 @@ def start_session(conn: Connection, *, member_id: str) -> str:
     org = conn.execute(select(members.c.organization_id).where(members.c.id == member_id)).scalar_one()
     conn.execute(sessions.insert().values(id_hash=hash_secret(value), member_id=member_id, organization_id=org,
                                           created_at=now, last_seen_at=now, expires_at=now + ABSOLUTE))
-    conn.execute(members.update().where(members.c.id == member_id).values(last_login_at=now))  # Member.last_login_at
+    # Member.last_login_at, and an INVITED member becomes REGISTERED (orgs.service.INVITED).
+    conn.execute(members.update().where(members.c.id == member_id).values(last_login_at=now, status=REGISTERED))
     return value
 
 

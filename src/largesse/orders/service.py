@@ -500,6 +500,9 @@ def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) ->
     for field_row in org_fields.values():
         if field_row.required and field_row.id not in seen:
             errors.add(loc + ("custom_fields",), f"the required field {field_row.label!r} is missing")
+    # By label, then field id: the order every read gives them (repository._FIELD_VALUES), so
+    # the create response and a later GET of the reward list them alike.
+    values.sort(key=lambda pair: (pair[0].label, pair[0].id))
     return values
 
 

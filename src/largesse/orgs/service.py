@@ -76,7 +76,7 @@ def create_org(conn: Connection, *, name: str, member_email: str, member_name: s
         id=org_id, name=name, currency_code=currency_code, fee_basis_points=0, fee_flat_cents=0,
         environment="sandbox" if sandbox else "production", created_at=utcnow(),
     ))
-    member_id = add_member(conn, organization_id=org_id, email=member_email, name=member_name)
+    member_id = add_member(conn, organization_id=org_id, email=member_email, name=member_name, status=REGISTERED)
     fs_id = funding.create_balance(conn, organization_id=org_id, currency_code=currency_code)
     available = 0
     if sandbox:
@@ -87,7 +87,14 @@ def create_org(conn: Connection, *, name: str, member_email: str, member_name: s
     return CreatedOrg(org_id, member_id, fs_id, key_id, key, available, name)
 
 
-def add_member(conn: Connection, *, organization_id: str, email: str, name: str | None, role: str = "ADMIN") -> str:
+# Member.status (API.md §5 MemberStatus): the member who opens the organization is REGISTERED;
+# one added later (API, dashboard, CLI, a sub-organization's copy) is INVITED until their first
+# dashboard sign-in (dashboard.signin), which records last_login_at too.
+REGISTERED, INVITED = "REGISTERED", "INVITED"
+
+
+def add_member(conn: Connection, *, organization_id: str, email: str, name: str | None, role: str = "ADMIN",
+               status: str = INVITED) -> str:
     if "@" not in email or len(email) > 320:
         raise OrgError(f"not an email address: {email!r}")
     member_id = new_id()
@@ -95,7 +102,7 @@ def add_member(conn: Connection, *, organization_id: str, email: str, name: str 
         with conn.begin_nested():
             conn.execute(members.insert().values(
                 id=member_id, organization_id=organization_id, email=email.strip(), email_key=email_key(email),
-                name=name, role=role, status="REGISTERED", active=True, created_at=utcnow(),
+                name=name, role=role, status=status, active=True, created_at=utcnow(),
             ))
     except IntegrityError:
         raise OrgError(f"{email} is already a member of this organization") from None
