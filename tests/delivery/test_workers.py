@@ -18,7 +18,7 @@ from largesse.delivery.models import jobs
 from largesse.orders.models import rewards
 from largesse.timeutil import utcnow
 from tests.delivery.conftest import Sink, job_rows, reward_row, set_job, tagged, wait_for
-from tests.factories import ok, order_body, place
+from tests.factories import many_rewards_body, ok, order_body, place
 
 
 def _start_worker(database_url: str, smtp_url: str, log: Path, *args: str, lease: float = 300) -> subprocess.Popen:
@@ -136,3 +136,44 @@ def test_each_environments_worker_takes_its_own_environments_jobs(org, http, pro
     assert f"{production_url}/redeem/" in message.get_body(("plain",)).get_content()
     assert [job.status for job in job_rows(engine, prod_reward)] == ["done"]
     assert len(sink.handler.to(org.member_email)) == 1  # the sandbox's jobs were not taken again
+
+
+def test_a_slow_relay_completes_emails_as_they_go(org, http, fast, engine):
+    """A batch's sent emails are completed every ~0.1 s while a slow relay makes it long, so a
+    crash can send again only the last of them (docs/delivery.md, "At-least-once")."""
+    import threading
+
+    from largesse.delivery.worker import Worker
+    from tests.delivery.procs import Smtp, StallHandler
+
+    smtp = Smtp(StallHandler(pattern="@", stall=0.3))
+    try:
+        ids = [place(http, org.member_email)["rewards"][0]["id"] for _ in range(6)]
+        worker = Worker(engine, fast(smtp_url=smtp.url, worker_concurrency=1))
+        draining = threading.Thread(target=worker.drain)
+        draining.start()
+        time.sleep(1.2)  # about 3 of the batch's 6 emails sent, the batch not finished
+        with db.read(engine) as conn:
+            delivered = conn.execute(select(func.count()).where(
+                rewards.c.id.in_(ids), rewards.c.delivery_status == "SUCCEEDED")).scalar()
+        draining.join(30)
+        assert 1 <= delivered < 6, delivered
+        with db.read(engine) as conn:
+            assert conn.execute(select(func.count()).where(
+                rewards.c.id.in_(ids), rewards.c.delivery_status == "SUCCEEDED")).scalar() == 6
+    finally:
+        smtp.stop()
+
+
+def test_retried_jobs_are_not_reported_as_lost_leases(org, http, fast, drain, engine, caplog):
+    """A job requeued for a retry within a batch is no longer in the worker's hands: the
+    heartbeat neither renews it nor warns that its lease was taken over."""
+    from tests.conftest import free_port
+
+    ok(http.post("/orders", json=many_rewards_body(org.member_email, [5] * 100)))
+    with caplog.at_level("WARNING", logger="largesse.delivery"):
+        drain(fast(smtp_url=f"smtp://127.0.0.1:{free_port()}", job_lease_seconds=0.2,  # refused: retried later
+                   job_retry_base_seconds=60, job_retry_max_seconds=60))
+    assert "lost the lease" not in caplog.text
+    with db.read(engine) as conn:
+        assert conn.execute(select(func.count()).where(jobs.c.status == "queued", jobs.c.attempts == 1)).scalar() >= 100

@@ -46,6 +46,10 @@ log = logging.getLogger("largesse.delivery")
 # they were half of a worker's time on PostgreSQL); a webhook POST can take its whole deadline,
 # so a webhook thread holds only the job it runs.
 BATCH = {job_queue.MAIL: 20, job_queue.WEBHOOK: 1}
+# A batch's sent emails are completed together, at its end (20 emails to a local relay: ~12 ms),
+# or every COMPLETE_EVERY_SECONDS when the relay is slow: the emails a crash can send twice are
+# those sent since the last completion, at most this long (plus the email in flight).
+COMPLETE_EVERY_SECONDS = 0.1
 
 
 def worker_id() -> str:
@@ -215,21 +219,38 @@ class Worker:
         self._hold([r.id for r in rows])
         try:
             claimed = prepare_batch(ctx, rows)
+            self._forget([c.job.id for c in claimed if c.skipped])  # done in the claim's transaction
+            completed = time.monotonic()
             for i, item in enumerate(claimed):
                 if self.stopping.is_set():
                     rest = [c.job.id for c in claimed[i:] if not c.skipped]
                     job_queue.release(self.engine, self.id, rest)
                     break
                 run_claimed(ctx, item)
+                if not ctx.sent or ctx.sent[-1] is not item.job:
+                    # Its outcome is written (done, requeued for a retry, dead): no longer held,
+                    # so the heartbeat neither renews it nor calls it lost.
+                    self._forget([item.job.id])
                 with self._count_lock:
                     self.processed += 1
-            complete_sent(ctx)  # the batch's sent emails: one transaction (tasks.py, step 3)
+                if ctx.sent and time.monotonic() - completed >= COMPLETE_EVERY_SECONDS:
+                    self._complete(ctx)
+                    completed = time.monotonic()
+            self._complete(ctx)
         finally:
             # Whatever was not run, completed or released (the database failed under us) is
             # left to its lease: not renewed any more, it is reclaimed once the lease runs out.
             ctx.sent.clear()
             self._forget([r.id for r in rows])
         return len(rows)
+
+    def _complete(self, ctx: Context) -> None:
+        """Step 3 for the emails sent since the last call: one transaction (tasks.complete_sent).
+        A batch completes at its end, or every COMPLETE_EVERY_SECONDS while a slow relay makes
+        it long: a crash can send again only what was sent since the last completion."""
+        ids = [job.id for job in ctx.sent]
+        complete_sent(ctx)
+        self._forget(ids)
 
     def _hold(self, ids) -> None:
         with self._held_lock:
