@@ -170,10 +170,10 @@ def test_retried_jobs_are_not_reported_as_lost_leases(org, http, fast, drain, en
     heartbeat neither renews it nor warns that its lease was taken over."""
     from tests.conftest import free_port
 
-    ok(http.post("/orders", json=many_rewards_body(org.member_email, [5] * 100)))
+    ok(http.post("/orders", json=many_rewards_body(org.member_email, [5] * 200)))
     with caplog.at_level("WARNING", logger="largesse.delivery"):
-        drain(fast(smtp_url=f"smtp://127.0.0.1:{free_port()}", job_lease_seconds=0.2,  # refused: retried later
+        drain(fast(smtp_url=f"smtp://127.0.0.1:{free_port()}", job_lease_seconds=1.0,  # refused: retried later
                    job_retry_base_seconds=60, job_retry_max_seconds=60))
     assert "lost the lease" not in caplog.text
     with db.read(engine) as conn:
-        assert conn.execute(select(func.count()).where(jobs.c.status == "queued", jobs.c.attempts == 1)).scalar() >= 100
+        assert conn.execute(select(func.count()).where(jobs.c.status == "queued", jobs.c.attempts == 1)).scalar() >= 200
