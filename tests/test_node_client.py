@@ -43,7 +43,7 @@ def test_every_response_fits_the_node_clients_types(org, engine, http, deliver):
     deliver()  # its delivery fails, so that the script can cancel it
     null_rule = ok(http.post("/campaigns", json={
         "name": "Null rule", "products": [GIFT_CARD_USD],
-        "auto_add_product_rule": {"enabled": False, "countries": None, "currencies": None}}))["campaign"]
+        "auto_add_product_rule": {"enabled": True, "countries": None, "currencies": None}}))["campaign"]
     ok(http.post("/fraud_rules/review_ip", json={"config": {"ips": ["10.0.0.0/8"]}}))
     flagged, link = link_reward(org)
     assert "under review" in redeem(link, ip=fake_ip())  # 10.x: a private address, no country

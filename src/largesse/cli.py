@@ -517,8 +517,10 @@ def products_import(path: Annotated[str, typer.Argument(help='JSON file {"produc
     except (OSError, ValueError) as exc:
         fail(f"{path}: {exc}")
     with db.write(open_engine()) as conn:
-        created, updated = catalog.import_rows(conn, rows)
-    typer.echo(f"imported {path}: {created} created, {updated} updated")
+        result = catalog.import_catalog(conn, rows)
+    added = (f"; {result.auto_added} added to {result.campaigns} campaigns by their auto_add_product_rule"
+             if result.auto_added else "")
+    typer.echo(f"imported {path}: {result.created} created, {result.updated} updated{added}")
 
 
 def _register_domain_commands() -> None:

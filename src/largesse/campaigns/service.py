@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, null, select
 
 from largesse import codes, db
 from largesse.campaigns.models import campaigns
@@ -61,22 +61,41 @@ def resolve_products(conn: Connection, product_ids: list[str]) -> tuple[list[str
     return resolved, known
 
 
-def _check_rule(changes: dict) -> None:
+def _check_rule(conn: Connection, changes: dict) -> None:
     """fee_charged_to from its list; auto_add_product_rule's countries and currencies known codes
-    (API.md §2.2: an unknown one gives 422), stored upper case."""
+    (API.md §2.2: an unknown one gives 422), stored upper case, each covered by an active product
+    (the client's AutoAddProductRule: "requests filtering on a country we don't currently sell
+    into are rejected with a 422"). Both checks apply whatever `enabled` says; then a rule with
+    `enabled: false` is replaced by None, which clears it (as `null` does): only enabled rules
+    are stored, as {"enabled": true} plus the filters given."""
     if changes.get("fee_charged_to") not in (None, *FEE_CHARGED_TO):
         raise Unprocessable("fee_charged_to must be SENDER or RECIPIENT", {"fee_charged_to": ["is not included"]})
-    rule = changes.get("auto_add_product_rule")  # a null key is stored, and left out by to_wire
-    for key, known, what in (("countries", codes.country, "an ISO 3166-1 alpha-2 country code"),
-                             ("currencies", codes.currency, "a known currency code")):
-        values = (rule or {}).get(key)
-        if values is None:
+    rule = changes.get("auto_add_product_rule")
+    if rule is None:  # absent (kept on PUT), or null (cleared)
+        return
+    coverage = None
+    stored = {"enabled": True}
+    for key, known, what, where in (("countries", codes.country, "an ISO 3166-1 alpha-2 country code", 0),
+                                    ("currencies", codes.currency, "a known currency code", 1)):
+        values = rule.get(key)
+        if values is None:  # absent or null: the rule matches every value
             continue
         checked = [known(v) for v in values]
         bad = [f"{v!r} is not {what}" for v, code in zip(values, checked, strict=True) if code is None]
+        if not bad:
+            coverage = coverage or catalog.active_coverage(conn)
+            bad = [f"{code!r} is not covered by any active product" for code in dict.fromkeys(checked)
+                   if code not in coverage[where]]
         if bad:
             raise Unprocessable(f"auto_add_product_rule.{key}: {bad[0]}", {"auto_add_product_rule": {key: bad}})
-        rule[key] = list(dict.fromkeys(checked))
+        stored[key] = list(dict.fromkeys(checked))
+    changes["auto_add_product_rule"] = stored if rule.get("enabled") else None
+
+
+def _sql_null(value):
+    """None as SQL NULL, not the JSON `null` SQLAlchemy's JSON type stores for it: a cleared
+    auto_add_product_rule is NULL, so that auto_add_products reads only the configured rules."""
+    return null() if value is None else value
 
 
 def _check_fee_free(fee_charged_to: str, products: dict) -> None:
@@ -91,7 +110,7 @@ def _check_fee_free(fee_charged_to: str, products: dict) -> None:
 
 
 def create(conn: Connection, organization_id: str, values: dict):
-    _check_rule(values)
+    _check_rule(conn, values)
     products, known = resolve_products(conn, values["products"])
     fee_charged_to = values.get("fee_charged_to") or "SENDER"
     _check_fee_free(fee_charged_to, known)
@@ -106,7 +125,8 @@ def create(conn: Connection, organization_id: str, values: dict):
         "reward_expiry_days": values.get("reward_expiry_days"),
         "created_at": now, "updated_at": now,
     }
-    conn.execute(campaigns.insert().values(**row))
+    conn.execute(campaigns.insert().values(
+        **{**row, "auto_add_product_rule": _sql_null(row["auto_add_product_rule"])}))
     return row
 
 
@@ -120,8 +140,10 @@ def update(conn: Connection, organization_id: str, campaign_id: str, changes: di
         if key in changes and changes[key] is None:
             raise Unprocessable(f"{key} can't be null", {key: ["can't be null"]})
     changes = {k: v for k, v in changes.items() if v is not None or k in NULLABLE}
-    _check_rule(changes)
+    _check_rule(conn, changes)
     values = {k: v for k, v in changes.items() if k in campaigns.c}
+    if "auto_add_product_rule" in values:
+        values["auto_add_product_rule"] = _sql_null(values["auto_add_product_rule"])
     if "products" in values:
         values["products"], known = resolve_products(conn, values["products"])
         _check_fee_free(values.get("fee_charged_to", current.fee_charged_to), known)
@@ -145,11 +167,62 @@ def to_wire(row) -> dict:
         "products": list(get_("products") or []),
         "fee_charged_to": get_("fee_charged_to"),
     }
-    for key in ("auto_add_product_rule", "webpage_style", "email_style"):
+    rule = get_("auto_add_product_rule")
+    if rule and rule.get("enabled"):  # a configured rule reads `enabled: true`; a filter not given is left out
+        out["auto_add_product_rule"] = {"enabled": True, **{k: rule[k] for k in ("countries", "currencies")
+                                                            if rule.get(k) is not None}}
+    for key in ("webpage_style", "email_style"):
         if get_(key):
             out[key] = get_(key)
-    if "auto_add_product_rule" in out:  # a null countries or currencies: the key left out (no client type has null)
-        out["auto_add_product_rule"] = {k: v for k, v in out["auto_add_product_rule"].items() if v is not None}
     if get_("reward_expiry_days") is not None:
         out["reward_expiry_days"] = get_("reward_expiry_days")
     return out
+
+
+# --- auto_add_product_rule -----------------------------------------------------------------
+
+GIFT_CARD_CATEGORY = "merchant_card"
+
+
+def is_gift_card(product) -> bool:
+    """A gift card for auto_add_product_rule: a merchant card without vendor fees (fee_free).
+    The client's AutoAddProductRule excludes prepaid cards (visa_card), merchant cards with
+    vendor fees and premium options; cash, bank, wallet and charity products are not gift cards."""
+    return product["category"] == GIFT_CARD_CATEGORY and bool(product["fee_free"])
+
+
+def rule_matches(rule, product) -> bool:
+    """An enabled rule whose filters (absent: every value) intersect the product's countries
+    and currencies."""
+    if not rule or not rule.get("enabled"):
+        return False
+    countries, currencies = rule.get("countries"), rule.get("currencies")
+    return ((not countries or not set(countries).isdisjoint(product["countries"]))
+            and (not currencies or not set(currencies).isdisjoint(product["currency_codes"])))
+
+
+def auto_add_products(conn: Connection, activated: list) -> tuple[int, int]:
+    """Append the gift cards among `activated` (products the catalog import has just made
+    active: mappings with id, category, fee_free, countries, currency_codes) to the products of
+    every campaign, of any organization, whose auto_add_product_rule matches them: after the
+    products it has, in the order given, never twice; nothing is removed. Reads only the
+    campaigns that have a rule (NULL otherwise), locking them against a concurrent PUT.
+    Returns (products added, counted per campaign; campaigns changed)."""
+    gift_cards = [p for p in activated if is_gift_card(p)]
+    if not gift_cards:
+        return 0, 0
+    rows = conn.execute(
+        select(campaigns.c.id, campaigns.c.products, campaigns.c.auto_add_product_rule)
+        .where(campaigns.c.auto_add_product_rule.is_not(None)).order_by(campaigns.c.id).with_for_update()
+    ).all()
+    now = utcnow()
+    added = changed = 0
+    for row in rows:
+        current = list(row.products or [])
+        new = [p["id"] for p in gift_cards if p["id"] not in current and rule_matches(row.auto_add_product_rule, p)]
+        if new:
+            conn.execute(campaigns.update().where(campaigns.c.id == row.id)
+                         .values(products=current + new, updated_at=now))
+            added += len(new)
+            changed += 1
+    return added, changed

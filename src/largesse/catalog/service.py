@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 from sqlalchemy import Connection, bindparam, select
 
@@ -80,6 +81,18 @@ def fee_free_ids(conn: Connection) -> list[str]:
         select(products.c.id).where(products.c.active.is_(True), products.c.fee_free.is_(True))
         .order_by(products.c.name)
     ).scalars())
+
+
+def active_coverage(conn: Connection) -> tuple[set[str], set[str]]:
+    """The countries and the currencies of the active products (auto_add_product_rule filters
+    must name only these: 422 otherwise)."""
+    countries: set[str] = set()
+    currencies: set[str] = set()
+    for row in conn.execute(select(products.c.countries, products.c.currency_codes)
+                            .where(products.c.active.is_(True))):
+        countries.update(row.countries)
+        currencies.update(row.currency_codes)
+    return countries, currencies
 
 
 def band_for(product, currency_code: str) -> dict | None:
@@ -202,20 +215,42 @@ def _parse_product(item: dict) -> dict:
     }
 
 
-def import_rows(conn: Connection, rows: list[dict]) -> tuple[int, int]:
-    """Insert new products and update existing ones by id; returns (created, updated)."""
+class ImportResult(NamedTuple):
+    created: int
+    updated: int
+    activated: int  # products new and active, or inactive before and active now
+    auto_added: int  # (campaign, product) pairs added by campaigns' auto_add_product_rule
+    campaigns: int  # campaigns that received products
+
+
+def import_catalog(conn: Connection, rows: list[dict]) -> ImportResult:
+    """Insert new products and update existing ones by id. The products this activates (new and
+    active, or inactive until now and active) are added, in the same transaction, to the campaigns
+    whose auto_add_product_rule matches them (campaigns.service.auto_add_products)."""
+    from largesse.campaigns import service as campaigns_service  # campaigns.service imports this module
+
     _cache.clear()
-    existing = set(conn.execute(select(products.c.id)).scalars())
+    existing = {pid: active for pid, active in conn.execute(select(products.c.id, products.c.active))}
     now = utcnow()
     created = updated = 0
+    activated = []
     for row in rows:
+        if row["active"] and not existing.get(row["id"], False):
+            activated.append(row)
         if row["id"] in existing:
             conn.execute(products.update().where(products.c.id == row["id"]).values(**row, updated_at=now))
             updated += 1
         else:
             conn.execute(products.insert().values(**row, created_at=now, updated_at=now))
             created += 1
-    return created, updated
+    auto_added, touched = campaigns_service.auto_add_products(conn, activated)
+    return ImportResult(created, updated, len(activated), auto_added, touched)
+
+
+def import_rows(conn: Connection, rows: list[dict]) -> tuple[int, int]:
+    """import_catalog; returns (created, updated)."""
+    result = import_catalog(conn, rows)
+    return result.created, result.updated
 
 
 def load_file(path: str | Path) -> list[dict]:
