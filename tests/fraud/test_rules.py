@@ -19,7 +19,7 @@ from tremendous import (
 )
 from tremendous.exceptions import BadRequestException, ForbiddenException, NotFoundException
 
-from tests.factories import error
+from tests.factories import error, ok
 
 
 def rule(config) -> FraudRuleRequest:
@@ -97,7 +97,7 @@ def test_removing_the_last_entries_of_review_email_is_refused_like_its_create(ap
     api.update_fraud_rule_list("review_email", UpdateFraudRuleListRequest.from_dict(
         {"operation": "remove", "config": {"domains": ["example.org"]}}))
     assert rules_of(api)["review_email"] == {"emails": ["a@example.com"], "domains": []}
-    why = "would leave the rule without emails or domains (it needs emails or domains); delete the rule instead"
+    why = "would leave the rule without entries (it needs emails or domains); delete the rule instead"
     with pytest.raises(BadRequestException) as raised:
         api.update_fraud_rule_list("review_email", UpdateFraudRuleListRequest.from_dict(
             {"operation": "remove", "config": {"emails": ["A@example.com"]}}))
@@ -167,3 +167,25 @@ def test_read_only_key_cannot_change_rules(org, engine):
     assert reader.list_fraud_rules().fraud_rules == []
     with pytest.raises(ForbiddenException):
         reader.fraud_rule("review_multiple_emails")
+
+
+@pytest.mark.parametrize(("rule_type", "config", "key"), [
+    ("review_country", {"type": "whitelist", "countries": []}, "countries"),
+    ("review_country", {"type": "blacklist", "countries": []}, "countries"),
+    ("review_ip", {"ips": []}, "ips"),
+    ("allow_ip", {"ips": []}, "ips"),
+    ("allow_email", {"emails": []}, "emails"),
+])
+def test_a_rule_with_an_empty_list_is_refused(http, rule_type, config, key):
+    """An empty list holds nobody, or for a country whitelist every redemption: 400 at the list,
+    on create and when update_list would empty it (API.md §2.10: the lists are required)."""
+    assert error(http.post(f"/fraud_rules/{rule_type}", json={"config": config}), 400)["payload"] == {
+        "config": {key: ["must have at least one entry (delete the rule instead)"]}}
+    assert rule_type not in {r["rule_type"] for r in ok(http.get("/fraud_rules"))["fraud_rules"]}
+    entry = {"countries": "US", "ips": "203.0.113.7", "emails": "a@example.com"}[key]
+    ok(http.post(f"/fraud_rules/{rule_type}", json={"config": {**config, key: [entry]}}))
+    why = f"would leave the rule without entries (its {key} must have at least one entry); delete the rule instead"
+    assert error(http.post(f"/fraud_rules/{rule_type}/update_list", json={
+        "operation": "remove", "config": {key: [entry]}}), 400)["payload"] == {"config": {key: [why]}}
+    stored = next(r for r in ok(http.get("/fraud_rules"))["fraud_rules"] if r["rule_type"] == rule_type)
+    assert stored["config"][key] == [entry]

@@ -34,9 +34,12 @@ NO_CONFIG = (REVIEW_MULTIPLE_EMAILS, REVIEW_FLAG_LIST, REVIEW_BLOCKED)
 # The list keys update_list may add to or remove from, per rule type.
 LIST_KEYS = {REVIEW_COUNTRY: ("countries",), REVIEW_IP: ("ips",), ALLOW_IP: ("ips",),
              REVIEW_EMAIL: ("emails", "domains"), ALLOW_EMAIL: ("emails",)}
-# A review_email rule needs at least one email or domain: create and update_list refuse to leave
-# it without either (an empty rule would hold nobody; DELETE /fraud_rules/review_email removes it).
+# A rule with a list needs at least one entry (API.md §2.10: `countries` and `ips` are required):
+# create and update_list refuse to leave one empty. An empty list would hold nobody, or, for a
+# country whitelist, every redemption; DELETE /fraud_rules/{rule_type} removes a rule. A
+# review_email rule needs an email or a domain.
 EMAIL_RULE_NEEDS = "needs emails or domains"
+EMPTY_LIST = "must have at least one entry (delete the rule instead)"
 PERIODS = ("7", "30", "90", "120", "365", "all_time")
 MAX_LIST = 50_000
 MAX_AMOUNT_CENTS = 10**13
@@ -60,6 +63,8 @@ def _list(config: dict, key: str, *, required: bool, where: tuple) -> list | Non
         return None
     if not isinstance(value, list):
         raise problem((*where, key), "must be a list")
+    if required and not value:
+        raise problem((*where, key), EMPTY_LIST)
     if len(value) > MAX_LIST:
         raise problem((*where, key), f"must have at most {MAX_LIST} entries")
     for i, item in enumerate(value):
@@ -227,9 +232,10 @@ def update_list(rule_type: str, stored: dict, operation: Any, config: Any) -> di
             drop = set(entries)
             merged = [v for v in current if v not in drop]
         updated[key] = merged
-    if rule_type == REVIEW_EMAIL and not updated.get("emails") and not updated.get("domains"):
-        # What the create refuses (EMAIL_RULE_NEEDS), refused here too, at the lists emptied.
-        why = f"would leave the rule without emails or domains (it {EMAIL_RULE_NEEDS}); delete the rule instead"
+    if not any(updated.get(key) for key in keys):
+        # What the create refuses (EMPTY_LIST, EMAIL_RULE_NEEDS), refused here too, at the lists emptied.
+        needs = f"it {EMAIL_RULE_NEEDS}" if rule_type == REVIEW_EMAIL else f"its {keys[0]} {EMPTY_LIST.split(' (')[0]}"
+        why = f"would leave the rule without entries ({needs}); delete the rule instead"
         removed = [key for key, values in given.items() if values]
         raise BadRequest(f"config.{removed[0]}: {why}", payload_from((("config", key), why) for key in removed))
     return updated
