@@ -63,6 +63,25 @@ def test_currency_defaults_and_deprecated_currency(api):
     assert eur.currency_code == "EUR" and eur.currency == "EUR"
 
 
+def test_an_organization_whose_currency_cannot_be_invoiced_is_told_to_send_one(engine, server):
+    """The default is the organization's currency; when that is not invoiceable the 400 says so,
+    at currency_code, instead of blaming a key the caller never sent."""
+    from largesse import db
+    from largesse.orgs import service as orgs
+    from tests.conftest import Org
+
+    with db.write(engine) as conn:
+        created = orgs.create_org(conn, name="Kronor", member_email="k@example.com", member_name=None,
+                                  sandbox=True, currency_code="SEK")
+    sek = Org(created.organization_id, created.api_key, created.funding_source_id, "k@example.com", server.url)
+    with sek.http() as http:
+        errors = error(http.post("/invoices", json={"amount": 10}), 400)
+        why = "is required: the organization's currency, SEK, cannot be invoiced (must be one of USD, EUR, GBP)"
+        assert errors == {"message": f"currency_code {why}", "payload": {"currency_code": [why]}}
+        invoice = ok(http.post("/invoices", json={"amount": 10, "currency_code": "EUR"}))["invoice"]
+        assert invoice["currency_code"] == "EUR"
+
+
 def test_delete_hides_from_list_but_not_from_get(org, api, http):
     kept, gone = _invoice(api, amount=1), _invoice(api, amount=2)
     deleted = api.delete_invoices(gone.id).invoice

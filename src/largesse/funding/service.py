@@ -132,7 +132,7 @@ def balance_transactions(conn: Connection, organization_id: str, *, offset: int,
     return conn.execute(
         select(ledger_entries, funding_sources.c.currency_code, orders.c.external_id,
                orders.c.subtotal_cents, orders.c.total_cents, orders.c.fees_cents, orders.c.fx_currency_code,
-               orders.c.fx_rate, orders.c.fx_rate_date, orders.c.fx_total_cents)
+               orders.c.fx_rate, orders.c.fx_rate_date, orders.c.fx_total_cents, orders.c.refund_cents)
         .join(funding_sources, funding_sources.c.id == ledger_entries.c.funding_source_id)
         .outerjoin(orders, orders.c.id == ledger_entries.c.order_id)
         .where(*conditions).order_by(ledger_entries.c.id.desc()).offset(offset).limit(limit)

@@ -76,6 +76,8 @@ def list_balance_transactions(request: Request, caller: CallerDep, engine: Engin
             order = {"id": row.order_id, "payment": {
                 "subtotal": to_wire(row.subtotal_cents), "total": to_wire(row.total_cents),
                 "fees": to_wire(row.fees_cents), "discount": 0, "currency_code": row.currency_code}}
+            if row.refund_cents:  # as GET /orders/{id} shows it: what was refunded so far
+                order["payment"]["refund"] = {"total": to_wire(row.refund_cents), "currency_code": row.currency_code}
             if row.external_id is not None:  # optional, not nullable for the Node client
                 order["external_id"] = row.external_id
             item["order"] = order

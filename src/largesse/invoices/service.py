@@ -44,11 +44,15 @@ def create(conn: Connection, *, org: str, amount, currency_code: str | None, cur
     if len(codes) > 1:
         raise BadRequest("currency_code and currency (deprecated) disagree",
                          {"currency_code": ["does not match currency"]})
+    given = bool(codes)
     code = codes.pop() if codes else conn.execute(
         select(organizations.c.currency_code).where(organizations.c.id == org)).scalar_one()
     if code not in CURRENCIES:
-        key = "currency_code" if currency_code is not None else "currency"
         allowed = f"must be one of {', '.join(CURRENCIES)}"
+        if not given:  # the organization's own currency, which the caller did not send
+            why = f"is required: the organization's currency, {code}, cannot be invoiced ({allowed})"
+            raise BadRequest(f"currency_code {why}", {"currency_code": [why]})
+        key = "currency_code" if currency_code is not None else "currency"
         raise BadRequest(f"{key} {allowed}", {key: [allowed]})
     try:
         cents = to_cents(amount, decimals=decimals_for(code))
