@@ -181,3 +181,18 @@ def test_refund_of_the_wrong_amount_and_a_changed_debit(org, http, engine, deliv
         _sql(engine, "UPDATE funding_sources SET available_cents = available_cents - 1 WHERE id = :fs",
              fs=org.funding_source_id)
     assert _findings(engine, org) == []
+
+
+def test_an_entry_of_a_kind_largesse_never_writes(org, engine):
+    """A credit of an unknown kind ('adjustment'), its running balance and the balance made to
+    match, is not a consistent history: no code path writes it."""
+    entry = _one(engine, "SELECT id FROM ledger_entries WHERE organization_id = :o AND kind = 'sandbox_credit'",
+                 o=org.id)["id"]
+    _sql(engine, "UPDATE ledger_entries SET kind = 'adjustment' WHERE id = :id", id=entry)
+    try:
+        found = _findings(engine, org)
+        assert _what(found) == {("ledger entry", str(entry))}, found
+        assert "'adjustment', which Largesse never writes" in found[0].detail
+    finally:
+        _sql(engine, "UPDATE ledger_entries SET kind = 'sandbox_credit' WHERE id = :id", id=entry)
+    assert _findings(engine, org) == []

@@ -25,7 +25,8 @@ ledger_entries = Table(
     # Signed: credits positive, debits negative.
     Column("amount_cents", BigInteger, nullable=False),
     Column("balance_after_cents", BigInteger, nullable=False),
-    # sandbox_credit | funding | order | reward_refund | adjustment | topup | invoice_payment
+    # sandbox_credit | funding | order | reward_refund | order_refund | topup | invoice_payment
+    # (verify.py: any other kind is a problem)
     Column("kind", String(30), nullable=False),
     Column("memo", String(500), nullable=True),
     Column("order_id", String(20), nullable=True),

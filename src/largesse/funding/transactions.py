@@ -25,7 +25,7 @@ DESCRIPTIONS = {
     "funding": "Balance funded",
     "order": "Order",
     "reward_refund": "Reward refund",
-    "adjustment": "Adjustment",
+    "order_refund": "Order refund",
     "topup": "Top-up credited",
     "invoice_payment": "Invoice paid",
 }

@@ -120,12 +120,15 @@ def _ledger_entries(conn):
         select(le.c.id, le.c.organization_id, le.c.kind, le.c.amount_cents, fs.c.organization_id.label("owner"))
         .join(fs, fs.c.id == le.c.funding_source_id)
         .where(or_(and_(le.c.kind.in_(CREDIT_KINDS), le.c.amount_cents <= 0),
-                   and_(le.c.kind == ORDER, le.c.amount_cents > 0), le.c.organization_id != fs.c.organization_id))
+                   and_(le.c.kind == ORDER, le.c.amount_cents > 0), le.c.organization_id != fs.c.organization_id,
+                   le.c.kind.not_in((ORDER, *CREDIT_KINDS))))
     ).all()
     problems = []
     for x in rows:
         if x.organization_id != x.owner:
             why = f"entry of organization {x.organization_id} on a balance of organization {x.owner}"
+        elif x.kind not in (ORDER, *CREDIT_KINDS):
+            why = f"an entry of kind {x.kind!r}, which Largesse never writes"
         else:
             why = f"a {x.kind} entry with the wrong sign"
         problems.append(Problem("ledger entry", str(x.id), 0, int(x.amount_cents), why, x.owner))
