@@ -36,6 +36,8 @@ def test_org_create_json_gives_a_working_sandbox_org(cli, server):
         ok(http.post("/orders", json=order_body(email)))
     listed = _json(cli("org", "list", "--json"))["organizations"]
     assert created["organization_id"] in [o["id"] for o in listed]
+    line = next(li for li in cli("org", "list").stdout.splitlines() if li.startswith(created["organization_id"]))
+    assert line.split() == [created["organization_id"], "sandbox", "USD", "Acme", "CLI"]  # the environment shown
 
 
 def test_org_create_refuses_a_bad_email(cli):
@@ -51,6 +53,9 @@ def test_added_member_becomes_an_allowed_recipient(org, http, cli):
     ok(http.post("/orders", json=order_body(email)))
     members = _json(cli("members", "list", "--org", org.id, "--json"))["members"]
     assert {m["email"] for m in members} == {org.member_email, email}
+    assert {(m["email"], m["role"], m["status"]) for m in members} == {
+        (org.member_email, "ADMIN", "REGISTERED"), (email, "ADMIN", "INVITED")}
+    assert f"ADMIN   INVITED     {email}  New" in cli("members", "list", "--org", org.id).stdout
     again = cli("members", "add", "--org", org.id, "--email", email.upper(), check=False)
     assert again.returncode != 0 and "already" in again.stderr
     assert added["role"] == "ADMIN"

@@ -247,8 +247,9 @@ def org_list(as_json: JsonFlag = False):
     data = {"organizations": [{"id": r.id, "name": r.name, "currency_code": r.currency_code,
                                "environment": r.environment, "parent_organization_id": r.parent_organization_id}
                               for r in rows]}
-    emit(data, as_json, "\n".join(f"{r.id}  {r.name}" + (f"  (sub-organization of {r.parent_organization_id})"
-                                                         if r.parent_organization_id else "")
+    emit(data, as_json, "\n".join(f"{r.id}  {r.environment:<10}  {r.currency_code}  {r.name}"
+                                  + (f"  (sub-organization of {r.parent_organization_id})"
+                                     if r.parent_organization_id else "")
                                   for r in rows) or "no organizations")
 
 
@@ -309,14 +310,15 @@ def members_add(org: OrgOption, email: Annotated[str, typer.Option("--email")],
 
 @members_app.command("list")
 def members_list(org: OrgOption, as_json: JsonFlag = False):
-    """List an organization's members (ID, email, name)."""
+    """List an organization's members (ID, role, status, email, name)."""
     from largesse.orgs import service as orgs
 
     with db.read(open_engine()) as conn:
         require_org(conn, org)
         rows = orgs.list_members(conn, org)
-    data = {"members": [{"id": r.id, "email": r.email, "name": r.name} for r in rows]}
-    emit(data, as_json, "\n".join(f"{r.id}  {r.email}  {r.name or ''}" for r in rows))
+    data = {"members": [{"id": r.id, "email": r.email, "name": r.name, "role": r.role, "status": r.status}
+                        for r in rows]}
+    emit(data, as_json, "\n".join(f"{r.id}  {r.role:<6}  {r.status:<10}  {r.email}  {r.name or ''}" for r in rows))
 
 
 @keys_app.command("create")

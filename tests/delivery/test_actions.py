@@ -167,7 +167,12 @@ def test_generate_link_refused_for_canceled_and_expired_rewards(org, http, api, 
 
 
 def test_expiry_sweep_expires_and_refunds_once(org, http, cli, fast, drain, engine):
+    assert "reward expiry of organization" in cli("org", "settings", "--org", org.id).stdout  # shows, changes nothing
+    assert "not set" in cli("org", "settings", "--org", org.id).stdout
+    both = cli("org", "settings", "--org", org.id, "--reward-expiry-days", "2", "--no-reward-expiry", check=False)
+    assert both.returncode == 1 and "not both" in both.stderr
     cli("org", "settings", "--org", org.id, "--reward-expiry-days", "2")
+    assert f"reward expiry of organization {org.id}: 2 days" in cli("org", "settings", "--org", org.id).stdout
     before = available_cents(http)
     reward = place(http, org.member_email, method="LINK")["rewards"][0]
     row = reward_row(engine, reward["id"])

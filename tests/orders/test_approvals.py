@@ -186,7 +186,10 @@ def test_cli_sets_the_policy_and_a_member_decides(org, api, http, cli):
     assert big.id in cli("orders", "pending", "--org", org.id).stdout
     member = json.loads(cli("members", "list", "--org", org.id, "--json").stdout)["members"][0]["id"]
     assert cli("orders", "approve", big.id, "--org", org.id, "--member", "NOSUCHMEMBER", check=False).returncode != 0
-    decided = json.loads(cli("orders", "approve", big.id, "--org", org.id, "--member", member, "--json").stdout)
+    unknown = cli("orders", "approve", big.id, "--org", org.id, "--member", "nobody@example.com", check=False)
+    assert unknown.returncode == 1 and "give a member's ID or address" in unknown.stderr
+    by_address = org.member_email.upper()  # a member's address works as well as the ID
+    decided = json.loads(cli("orders", "approve", big.id, "--org", org.id, "--member", by_address, "--json").stdout)
     assert decided["order"]["status"] == "EXECUTED"
     again = cli("orders", "reject", big.id, "--org", org.id, "--member", member, check=False)
     assert again.returncode != 0 and "EXECUTED" in again.stderr

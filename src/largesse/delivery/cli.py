@@ -122,18 +122,28 @@ def org_settings(
                                             help="Back to the default (LARGESSE_REWARD_EXPIRY_DAYS)")] = False,
     campaign: Annotated[str | None, typer.Option("--campaign", help="Set it on this campaign instead")] = None,
 ):
-    """Set an organization's (or one campaign's) reward expiry; applies to new rewards."""
+    """Show an organization's (or one campaign's) reward expiry, or set it; applies to new rewards."""
     from largesse.delivery import service
 
-    if (reward_expiry_days is None) == (not no_expiry):
-        fail("give --reward-expiry-days N or --no-reward-expiry")
+    where = f"campaign {campaign}" if campaign else f"organization {org}"
+    if reward_expiry_days is not None and no_expiry:
+        fail("give either --reward-expiry-days N or --no-reward-expiry, not both")
+    if reward_expiry_days is None and not no_expiry:  # nothing to change: show it
+        with db.read(open_engine()) as conn:
+            require_org(conn, org)
+            found, days = service.expiry_days_of(conn, org=org, campaign_id=campaign)
+        if not found:
+            fail(f"no campaign {campaign} in {org}")
+        default = load_settings().reward_expiry_days
+        typer.echo(f"reward expiry of {where}: {f'{days} days' if days else 'not set'}"
+                   f" (LARGESSE_REWARD_EXPIRY_DAYS: {f'{default} days' if default else 'never'})")
+        return
     if reward_expiry_days is not None and not 1 <= reward_expiry_days <= 3650:
         fail("--reward-expiry-days must be between 1 and 3650")
     with db.write(open_engine()) as conn:
         require_org(conn, org)
         if not service.set_expiry_days(conn, org=org, days=reward_expiry_days, campaign_id=campaign):
             fail(f"no campaign {campaign} in {org}")
-    where = f"campaign {campaign}" if campaign else f"organization {org}"
     typer.echo(f"reward expiry of {where}: "
                f"{f'{reward_expiry_days} days' if reward_expiry_days else 'default'} (new rewards)")
 

@@ -76,17 +76,23 @@ def orders_pending(org: OrgOption, as_json: JsonFlag = False):
         or "no orders waiting for approval")
 
 
-def _decide(verb: str, org: str, order_id: str, member_id: str, as_json: bool) -> None:
+def _decide(verb: str, org: str, order_id: str, member: str, as_json: bool) -> None:
+    from sqlalchemy import or_, select
+
     from largesse.errors import ApiError
     from largesse.orders import approvals
     from largesse.orgs.models import members
+    from largesse.orgs.service import email_key
 
     engine = open_engine()
     with db.read(engine) as conn:
         require_org(conn, org)
-        if conn.execute(members.select().where(members.c.organization_id == org, members.c.id == member_id)
-                        ).first() is None:
-            fail(f"no member {member_id} in organization {org}")
+        # The member's ID or address (`members list` shows both).
+        member_id = conn.execute(select(members.c.id).where(
+            members.c.organization_id == org,
+            or_(members.c.id == member, members.c.email_key == email_key(member)))).scalar()
+        if member_id is None:
+            fail(f"no member {member} in organization {org} (give a member's ID or address: `largesse members list`)")
     decide = approvals.approve_order if verb == "approve" else approvals.reject_order
     try:
         order = decide(engine, org=org, order_id=order_id, by=approvals.Decider(member_id=member_id), via_api=False)
@@ -97,7 +103,7 @@ def _decide(verb: str, org: str, order_id: str, member_id: str, as_json: bool) -
 
 @orders_app.command("approve")
 def orders_approve(order_id: Annotated[str, typer.Argument(help="The order's ID")], org: OrgOption,
-                   member: Annotated[str, typer.Option("--member", help="ID of the member who approves")],
+                   member: Annotated[str, typer.Option("--member", help="ID or address of the member who approves")],
                    as_json: JsonFlag = False):
     """Approve a PENDING APPROVAL order on behalf of a member: it is delivered."""
     _decide("approve", org, order_id, member, as_json)
@@ -105,7 +111,7 @@ def orders_approve(order_id: Annotated[str, typer.Argument(help="The order's ID"
 
 @orders_app.command("reject")
 def orders_reject(order_id: Annotated[str, typer.Argument(help="The order's ID")], org: OrgOption,
-                  member: Annotated[str, typer.Option("--member", help="ID of the member who rejects")],
+                  member: Annotated[str, typer.Option("--member", help="ID or address of the member who rejects")],
                   as_json: JsonFlag = False):
     """Reject a PENDING APPROVAL order on behalf of a member: canceled, its total refunded."""
     _decide("reject", org, order_id, member, as_json)

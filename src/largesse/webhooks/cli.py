@@ -34,6 +34,7 @@ def deliveries_list(org: OrgOption, limit: Annotated[int, typer.Option(help="Att
                     failed_only: Annotated[bool, typer.Option("--failed", help="Failed attempts only")] = False,
                     as_json: JsonFlag = False):
     """The latest delivery attempts of the organization's webhook (newest first)."""
+    from largesse.paging import COUNT_HORIZON
     from largesse.webhooks import deliveries, service
 
     with db.read(open_engine()) as conn:
@@ -46,8 +47,10 @@ def deliveries_list(org: OrgOption, limit: Annotated[int, typer.Option(help="Att
     wire = [deliveries.to_wire(r) for r in rows]
     lines = [f"{d['started_at']}  {d['status']:<9} {d['event']:<28} attempt {d['attempt']:<2} "
              f"{d['response_status'] or '-':>3} {d['duration_ms']:>6} ms  {d['id']}  {d['error'] or ''}" for d in wire]
+    # total is exact up to paging.COUNT_HORIZON past the page, a lower bound beyond (as the API's).
+    counted = f"more than {total - 1:,}" if total > COUNT_HORIZON else f"{total}"
     emit({"webhook_id": hook.id, "total_count": total, "deliveries": wire}, as_json,
-         "\n".join([f"webhook {hook.id} {hook.url}: {total} attempts", *lines]))
+         "\n".join([f"webhook {hook.id} {hook.url}: {counted} attempts", *lines]))
 
 
 def register(app: typer.Typer) -> None:
