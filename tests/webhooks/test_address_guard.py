@@ -26,6 +26,7 @@ REFUSED = [
     "http://10.0.0.1/", "http://172.16.5.4/", "http://192.168.1.1/", "http://100.64.0.1/",
     "http://224.0.0.1/", "http://255.255.255.255/", "http://240.0.0.1/", "http://198.18.0.1/",
     "http://user:pw@127.0.0.1/", "http://1.2.3.4.5/", "http://08.0.0.1/",
+    "http://[fec0::1]/", "http://[feff::1]/", "http://[3fff::1]/",  # site-local; documentation (RFC 9637)
 ]
 
 
@@ -63,9 +64,45 @@ def test_names_resolving_to_internal_addresses_are_refused():
     target = addresses.parse("http://localhost:9/x")
     resolved = addresses.resolve(target, 5)
     assert resolved and all(a.is_loopback for a in resolved)
-    with pytest.raises(addresses.UnsafeURL, match="resolves to"):
+    with pytest.raises(addresses.UnsafeURL, match="resolves to") as refused:
         addresses.check_resolved(target, resolved, allow_private=False)
+    # Not which address: the API would tell any client what an internal name resolves to.
+    assert not any(str(a) in str(refused.value) for a in resolved) and "loopback" not in str(refused.value)
     addresses.check_resolved(target, resolved, allow_private=True)  # the laptop setting
+
+
+def test_an_organizations_hanging_lookups_never_block_another_organizations(monkeypatch):
+    """getaddrinfo cannot be cancelled: a lookup past its deadline keeps its thread. One
+    organization's hanging names use up its own share of lookups only."""
+    import socket
+    import threading
+
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def fake(host, *args, **kwargs):
+        if host.endswith(".hang.test"):
+            release.wait(30)
+            raise socket.gaierror("gave up")
+        return real("127.0.0.1", *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    try:
+        for i in range(addresses.LOOKUPS_PER_OWNER):
+            with pytest.raises(addresses.ResolutionFailed, match="longer than"):
+                addresses.resolve(addresses.parse(f"http://n{i}.hang.test/"), 0.05, "ORGSLOW")
+        began = time.monotonic()
+        with pytest.raises(addresses.ResolutionFailed, match="too many name lookups"):
+            addresses.resolve(addresses.parse("http://more.hang.test/"), 5, "ORGSLOW")
+        assert time.monotonic() - began < 1  # refused at once, not after its deadline
+        for i in range(8):  # another organization's names resolve, one after another as ever
+            assert addresses.resolve(addresses.parse(f"http://fine{i}.example/"), 5, "ORGFINE")
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while addresses._lookups and time.monotonic() < deadline:  # the hung lookups end and free the share
+        time.sleep(0.01)
+    assert addresses._lookups == {}
 
 
 def test_sending_time_guard_refuses_a_loopback_receiver(http, receiver, engine, fast, make_server, org):

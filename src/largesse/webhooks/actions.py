@@ -12,10 +12,10 @@ from largesse.errors import BadRequest, Conflict, Unprocessable
 from largesse.webhooks import addresses, crypto, deliveries, service
 
 
-def guard(url: str, settings: Settings, payload_key: str = "url", status=BadRequest) -> None:
+def guard(url: str, settings: Settings, organization_id: str, payload_key: str = "url", status=BadRequest) -> None:
     """Refuse URLs that reach internal addresses (unless LARGESSE_WEBHOOK_ALLOW_PRIVATE)."""
     try:
-        addresses.check_for_create(url, settings.webhook_allow_private)
+        addresses.check_for_create(url, settings.webhook_allow_private, organization_id)
     except addresses.UnsafeURL as exc:
         raise status(f"Invalid request: url {exc}", {payload_key: [str(exc)]}) from None
 
@@ -26,7 +26,7 @@ def set_url(engine: Engine, settings: Settings, organization_id: str, url: str):
         addresses.parse(url)
     except ValueError as exc:
         raise BadRequest(f"Invalid request: url {exc}", {"url": [str(exc)]}) from None
-    guard(url, settings)
+    guard(url, settings, organization_id)
     box = crypto.keybox(settings)
     with db.write(engine) as conn:
         return service.upsert(conn, organization_id, url, box)
@@ -46,7 +46,7 @@ def simulate(engine: Engine, settings: Settings, organization_id: str, webhook_i
                             "and the others of Tremendous' list", {"event": ["is not a webhook event"]})
     with db.read(engine) as conn:
         hook = service.get_or_404(conn, organization_id, webhook_id)
-    guard(hook.url, settings, status=Unprocessable)
+    guard(hook.url, settings, organization_id, status=Unprocessable)
     with db.write(engine) as conn:
         service.get_or_404(conn, organization_id, webhook_id)
         service.emit(conn, organization_id, [(event, "SIMULATED000000")])
@@ -57,7 +57,7 @@ def resend(engine: Engine, settings: Settings, organization_id: str, webhook_id:
     with db.read(engine) as conn:
         hook = service.get_or_404(conn, organization_id, webhook_id)
         deliveries.get_or_404(conn, organization_id, webhook_id, delivery_id)
-    guard(hook.url, settings, status=Unprocessable)
+    guard(hook.url, settings, organization_id, status=Unprocessable)
     with db.write(engine) as conn:
         service.get_or_404(conn, organization_id, webhook_id)
         return deliveries.resend(conn, organization_id, webhook_id, delivery_id, max_attempts=service.MAX_ATTEMPTS)

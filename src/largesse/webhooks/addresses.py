@@ -16,6 +16,15 @@ link-local, unspecified, reserved, multicast, shared (100.64/10), documentation 
 benchmarking ranges are refused, and so are IPv6 addresses embedding such an IPv4 address
 (IPv4-mapped, IPv4-compatible, SIIT, 6to4, NAT64 64:ff9b::/96). LARGESSE_WEBHOOK_ALLOW_PRIVATE
 turns the address checks off (a laptop, the tests); the URL must still be well formed.
+
+A refusal of a resolved name does not say which address it resolved to: the API would
+otherwise answer any client's question "what does this internal name resolve to?".
+
+Name lookups run in threads of their own (getaddrinfo cannot be cancelled), at most
+LOOKUPS_PER_OWNER at once per organization and LOOKUPS_MAX in all: a lookup that outlives its
+deadline keeps its thread until the resolver gives up, and an organization whose webhook names
+hang (a slow name server of its own) uses up its own share only, never the other
+organizations' lookups.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import concurrent.futures
 import ipaddress
 import re
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
@@ -45,9 +55,15 @@ _6TO4 = ipaddress.IPv6Network("2002::/16")
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: local-use translation
 _SHARED = ipaddress.IPv4Network("100.64.0.0/10")
 
-# Resolution runs in a few helper threads so that a hung resolver costs a deadline, not a worker.
-_resolver = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="largesse-webhook-dns")
+_SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")  # RFC 3879: deprecated, still routed where configured
+_DOCUMENTATION_V6 = ipaddress.IPv6Network("3fff::/20")  # RFC 9637, not yet in Python 3.11's tables
+
 CREATE_RESOLVE_SECONDS = 2.0
+# Lookups running at once (a timed-out one included, until the resolver gives up): in all, and
+# per organization (the `owner` of resolve()).
+LOOKUPS_MAX, LOOKUPS_PER_OWNER = 64, 4
+_lookups_lock = threading.Lock()
+_lookups: dict[str, int] = {}
 
 
 class UnsafeURL(ValueError):
@@ -125,6 +141,10 @@ def refusal(address: IPAddress) -> str | None:
             return f"must not point to {address}, which embeds {inner}: {why}" if why else None
         if address in _NAT64_LOCAL:
             return f"must not point to a local-use NAT64 address ({address})"
+        if address in _SITE_LOCAL:
+            return f"must not point to a site-local address ({address})"
+        if address in _DOCUMENTATION_V6:
+            return f"must not point to a documentation address ({address})"
     for flag, what in (("is_unspecified", "an unspecified"), ("is_loopback", "a loopback"),
                        ("is_link_local", "a link-local"), ("is_multicast", "a multicast"),
                        ("is_private", "a private"), ("is_reserved", "a reserved")):
@@ -199,11 +219,36 @@ def check_static(target: Target, allow_private: bool) -> None:
         raise UnsafeURL(f"must not point to a local host name ({target.host})")
 
 
-def resolve(target: Target, timeout: float) -> list[IPAddress]:
-    """Every address the host resolves to (in resolver order); ResolutionFailed otherwise."""
+def _lookup(host: str, port: int, owner: str) -> concurrent.futures.Future:
+    """getaddrinfo in a thread of its own, within the owner's and the process's share of
+    running lookups (ResolutionFailed beyond)."""
+    with _lookups_lock:
+        if sum(_lookups.values()) >= LOOKUPS_MAX or _lookups.get(owner, 0) >= LOOKUPS_PER_OWNER:
+            raise ResolutionFailed(f"too many name lookups in progress to resolve {host}; try again later")
+        _lookups[owner] = _lookups.get(owner, 0) + 1
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiter, whatever it is
+            future.set_exception(exc)
+        finally:
+            with _lookups_lock:
+                left = _lookups.pop(owner) - 1
+                if left:
+                    _lookups[owner] = left
+
+    threading.Thread(target=run, name="largesse-webhook-dns", daemon=True).start()
+    return future
+
+
+def resolve(target: Target, timeout: float, owner: str = "") -> list[IPAddress]:
+    """Every address the host resolves to (in resolver order); ResolutionFailed otherwise.
+    `owner`: whose share of the running lookups this one takes (an organization ID)."""
     if target.literal is not None:
         return [target.literal]
-    future = _resolver.submit(socket.getaddrinfo, target.host, target.port, type=socket.SOCK_STREAM)
+    future = _lookup(target.host, target.port, owner)
     try:
         infos = future.result(timeout=max(0.0, timeout))
     except concurrent.futures.TimeoutError:
@@ -227,31 +272,32 @@ def resolve(target: Target, timeout: float) -> list[IPAddress]:
 def check_resolved(target: Target, addresses: list[IPAddress], allow_private: bool) -> None:
     if allow_private:
         return
-    for address in addresses:
-        why = refusal(address)
-        if why:
-            raise UnsafeURL(f"host {target.host} resolves to {address}: {why}")
+    if any(refusal(address) for address in addresses):
+        # Not which address, nor why: that would answer what an internal name resolves to.
+        raise UnsafeURL(f"host {target.host} resolves to an address that is not public: "
+                        "webhooks must reach a public address")
 
 
-def check_for_create(url: str, allow_private: bool) -> Target:
+def check_for_create(url: str, allow_private: bool, owner: str = "") -> Target:
     """At creation: static checks, then a short resolution. A name that does not resolve
     (yet) is accepted; every sending checks again."""
     target = parse(url)
     check_static(target, allow_private)
     if not allow_private and target.literal is None:
         try:
-            check_resolved(target, resolve(target, CREATE_RESOLVE_SECONDS), allow_private)
+            check_resolved(target, resolve(target, CREATE_RESOLVE_SECONDS, owner), allow_private)
         except ResolutionFailed:
             pass
     return target
 
 
-def check_for_send(url: str, allow_private: bool, deadline: float) -> tuple[Target, list[IPAddress]]:
+def check_for_send(url: str, allow_private: bool, deadline: float,
+                   owner: str = "") -> tuple[Target, list[IPAddress]]:
     """At sending: resolve once, check every address, and return them to connect to.
     UnsafeURL is a refusal (never retried into success by waiting); ResolutionFailed is
     temporary."""
     target = parse(url)
     check_static(target, allow_private)
-    addresses = resolve(target, deadline - time.monotonic())
+    addresses = resolve(target, deadline - time.monotonic(), owner)
     check_resolved(target, addresses, allow_private)
     return target, addresses

@@ -75,7 +75,8 @@ def _attempt(ctx, hook, job, deadline: float) -> int:
         log.error("webhook %s: %s", hook.id, exc)
         raise _Failed(str(exc), permanent=False) from None
     try:
-        target, resolved = addresses.check_for_send(hook.url, settings.webhook_allow_private, deadline)
+        target, resolved = addresses.check_for_send(hook.url, settings.webhook_allow_private, deadline,
+                                                     hook.organization_id)
     except addresses.UnsafeURL as exc:  # waiting does not make an internal address acceptable
         # The host only: a URL path or query may carry the receiver's own secret (Slack-style hooks).
         raise _Failed(f"refused to send to host {urlsplit(hook.url).hostname}: url {exc}", permanent=True) from None
