@@ -5,12 +5,13 @@ runs: a stale libuv watcher for a reused descriptor would strand a request or ab
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 
 import pytest
 from sqlalchemy import text
 
-from largesse import db
+from largesse import db, pg_loop
 from largesse.ops import serving
 from largesse.pg_loop import KeptSocketConnection
 from tests.conftest import run_in_new_loop
@@ -134,3 +135,65 @@ def test_a_cancelled_request_cancels_its_query_on_the_server(pg):
         running = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%cancel me%' "
                                     "AND state = 'active' AND pid <> pg_backend_pid()")).scalar()
     assert running == 0
+
+
+def _terminated_between_statements(engine):
+    """One transaction of two statements, the server terminating the backend between them. The
+    loop is blocked meanwhile, so the second statement is sent to a backend already gone: the
+    server's kernel answers it with a reset, and the socket reports an error (POLLERR)."""
+    with db.read(engine) as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # there db.read is not routed to the twin
+            pool.submit(_terminate, engine, [pid]).result(timeout=20)
+        return conn.execute(text("SELECT 1")).scalar()
+
+
+def test_a_backend_terminated_under_a_request_fails_it_without_stranding_it(pg, monkeypatch):
+    """On the error, uvloop calls the reader once more and drops it by itself. That call reads
+    the server's FATAL message; the wait for the rest (which is an EOF) must not count on the
+    dropped reader: the request fails at once (the API answers 503) and the next ones are
+    answered. The bound of _watch is put out of reach: this is about the registration itself."""
+    monkeypatch.setattr(pg_loop, "WATCH_INTERVAL", 3600.0)
+
+    async def main():
+        async with db.loop_engine(pg, pool_size=1) as twin:
+            failures = []
+            for _ in range(3):
+                with pytest.raises(Exception) as lost:
+                    await asyncio.wait_for(db.on_loop(twin, _terminated_between_statements, pg), 5)
+                failures.append(lost.value)
+            answers = [await asyncio.wait_for(db.on_loop(twin, _query("SELECT 1"), pg), 5) for _ in range(3)]
+            return failures, answers
+
+    failures, answers = _on_uvloop(main)
+    assert [type(f).__name__ for f in failures] == ["OperationalError"] * 3, failures  # not TimeoutError
+    assert all(db.is_unavailable(f) for f in failures), failures
+    assert answers == [1, 1, 1]
+
+
+def test_a_wait_whose_registration_was_lost_is_woken_and_a_slow_query_is_not(pg, monkeypatch):
+    """The bound: a wait whose reader the loop lost (here removed behind the connection's back)
+    is woken within two WATCH_INTERVALs of its socket turning readable; a query slower than
+    several intervals keeps its registration and is never woken early."""
+    monkeypatch.setattr(pg_loop, "WATCH_INTERVAL", 0.1)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        async with db.loop_engine(pg, pool_size=1) as twin:
+            async with twin.engine.connect() as conn:
+                raw = (await conn.get_raw_connection()).driver_connection
+                await conn.execute(text("SELECT 1"))
+                kept = raw._kept_alive
+                started = time.monotonic()
+                slow = (await conn.execute(text("SELECT pg_sleep(0.6), 'slow'"))).all()[0][1]
+                slow_in = time.monotonic() - started
+                slow_kept = raw._kept_alive is kept
+                loop.call_later(0.1, loop.remove_reader, raw._kept_fd)  # lost during the next query
+                started = time.monotonic()
+                lost = await asyncio.wait_for(conn.execute(text("SELECT pg_sleep(0.3), 'lost'")), 5)
+                return slow, slow_in, slow_kept, lost.all()[0][1], time.monotonic() - started
+
+    slow, slow_in, slow_kept, lost, lost_in = _on_uvloop(main)
+    assert (slow, lost) == ("slow", "lost")
+    assert slow_kept and slow_in >= 0.6
+    assert 0.3 <= lost_in < 2, lost_in  # woken by _watch (0.3-0.5 s), not stranded
