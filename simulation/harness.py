@@ -61,7 +61,7 @@ class SimWorker:
         try:
             rows = job_queue.claim(self.sim.engine, self.id, limit=BATCH[lane],
                                    lease_seconds=self.sim.settings.job_lease_seconds, lane=lane,
-                                   cursor=self.cursors[lane])
+                                   cursor=self.cursors[lane], environment=self.sim.settings.environment)
             try:
                 items = tasks.prepare_batch(self.ctx, rows) if rows else []
                 for item in items:

@@ -385,7 +385,7 @@ def harvest_mail(sim) -> None:
             reward = sim.model.rewards.get(mail.reward_id)
             if reward is None:
                 raise Violation(f"an email for reward {mail.reward_id}, which no acknowledged order has")
-            if mail.token is None or tokens.reward_for(conn, mail.token) != reward.id:
+            if mail.token is None or tokens.reward_for(conn, mail.token, sim.settings.environment) != reward.id:
                 raise Violation(f"the email for {reward.id} carries a link that does not open it")
             if reward.expires_at is not None and reward.expires_at <= sim.clock.now:
                 # The sender checks lifecycle.status: past its expiry a reward is expired even

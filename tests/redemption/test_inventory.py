@@ -69,17 +69,16 @@ def test_unfulfillable_products_are_shown_unavailable(prod_org, engine):
         assert refused.status_code == 409 and 'role="alert"' in refused.text
 
 
-def test_the_sandbox_never_hands_out_inventory_codes(org, engine):
-    """A sandbox organization's free balance buys test codes only, even of a product whose real
-    codes a shared database holds for production."""
+def test_the_sandbox_takes_no_codes_of_a_database_that_serves_production(org, prod_org, engine):
+    """A database shared with production holds real codes: a sandbox organization's free
+    balance cannot take them (a sandbox-only database issues its codes: the tests above)."""
     product_id = inventory_product(engine, codes=["REAL-CODE-1,1234"])
-    _, link = link_reward(org, products=(product_id,))
+    _, link = link_reward(org, products=(product_id, GIFT_CARD))
     with page_client() as client:
         page = client.get(link)
-        assert "Sandbox" in page.text and "Out of stock" not in page.text
-        done = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": product_id},
-                           follow_redirects=True)
-    assert done.status_code == 200 and "TEST-" in done.text and "REAL-CODE-1" not in done.text
+        assert "Unavailable: Not available in the sandbox" in page.text
+        refused = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": product_id})
+        assert refused.status_code == 409 and "REAL-CODE-1" not in refused.text
     with db.read(engine) as conn:
         row = next(r for r in inventory.stock(conn) if r["product_id"] == product_id)
     assert (row["issued"], row["available"]) == (0, 1)

@@ -14,9 +14,10 @@ Providers:
 - "sandbox": generated codes marked TEST-..., worth nothing; only in the sandbox
   environment (in production it would hand out codes that look real and are not).
 
-In the sandbox every product is fulfilled by "sandbox" (provider_for), whatever its own
-provider: a sandbox organization's free pre-loaded balance must never take real codes of an
-inventory that a shared database holds for production.
+Inventory in the sandbox: a database that also serves production organizations (docs/api.md,
+"Environments") holds its codes for them, so there the sandbox shows inventory products as
+unavailable: a sandbox organization's free pre-loaded balance must never take real codes. A
+sandbox-only database (a laptop trying `largesse inventory import`) issues its codes as ever.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, select, update
 
 from largesse.config import Settings
+from largesse.orgs.models import organizations
 from largesse.redemption.models import inventory_codes
 from largesse.redemption.style import format_money
 from largesse.timeutil import utcnow
@@ -55,6 +57,8 @@ class InventoryProvider:
     name = "inventory"
 
     def why_unavailable(self, conn: Connection, product, settings: Settings) -> str | None:
+        if settings.sandbox and _serves_production(conn):
+            return "Not available in the sandbox"
         available = conn.execute(
             select(inventory_codes.c.id)
             .where(inventory_codes.c.product_id == product.id, inventory_codes.c.issued_at.is_(None))
@@ -63,6 +67,8 @@ class InventoryProvider:
         return None if available else "Out of stock right now"
 
     def issue(self, conn: Connection, *, reward, product, settings: Settings) -> Issued:
+        if settings.sandbox and _serves_production(conn):
+            raise OutOfStock(product.id)
         pick = (
             select(inventory_codes.c.id)
             .where(inventory_codes.c.product_id == product.id, inventory_codes.c.issued_at.is_(None))
@@ -106,9 +112,12 @@ class SandboxProvider:
 PROVIDERS = {provider.name: provider for provider in (InventoryProvider(), SandboxProvider())}
 
 
-def provider_for(product, settings: Settings):
-    """The product's provider, or None when it has none (shown as unavailable); in the sandbox,
-    test codes for every product."""
-    if settings.sandbox:
-        return PROVIDERS["sandbox"]
+def provider_for(product):
+    """The product's provider, or None when it has none (shown as unavailable)."""
     return PROVIDERS.get(product.fulfillment or "")
+
+
+def _serves_production(conn: Connection) -> bool:
+    """Whether the database holds a production organization (its inventory is real)."""
+    return conn.execute(select(organizations.c.id).where(organizations.c.environment == "production")
+                        .limit(1)).first() is not None

@@ -97,7 +97,7 @@ def why_unavailable(conn: Connection, reward, product, settings: Settings) -> st
         return f"Not offered in {reward.currency_code}"
     if not band["min_cents"] <= reward.denomination_cents <= band["max_cents"]:
         return f"Not available for {format_money(reward.denomination_cents, reward.currency_code)}"
-    provider = provider_for(product, settings)
+    provider = provider_for(product)
     if provider is None:
         return "Not available at the moment"
     return provider.why_unavailable(conn, product, settings)
@@ -275,7 +275,7 @@ def pay(conn: Connection, *, reward, product, settings: Settings, at) -> None:
     """Issue the product for a reward this transaction has just closed as REDEEMED, and record
     the payout (primary key reward_id: never twice). OutOfStock when the provider has none.
     Shared by redeem() and a fraud review's release."""
-    provider = provider_for(product, settings)
+    provider = provider_for(product)
     issued = provider.issue(conn, reward=reward, product=product, settings=settings)
     conn.execute(payouts.insert().values(
         reward_id=reward.id, organization_id=reward.organization_id, product_id=product.id,
