@@ -62,7 +62,8 @@ def test_a_paid_invoice_cannot_be_deleted_and_credits_a_second_currency(admin, h
 
 
 def test_invoice_form_shows_the_apis_errors(admin, http):
-    for data, message in (({"amount": "12.345"}, "amount must have at most 2 decimal places"),
+    for data, message in (({"amount": "12.3456"}, "Amount: must have at most 2 decimal places"),
+                          ({"amount": "1.000"}, "Amount: use a comma between thousands (1,000) and a dot for decimals"),
                           ({"amount": "0"}, "amount must be greater than 0"),
                           ({"amount": "ten"}, "Amount: must be a number like 25, 25.50 or 1,000.50"),
                           ({"amount": "7,5"}, "Amount: use a dot for decimals: 7.50"),

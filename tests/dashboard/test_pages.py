@@ -349,6 +349,9 @@ def test_team_invite_sends_a_sign_in_link(admin, http, engine, server):
     from tests.dashboard.conftest import signin_links
 
     assert signin_links(server.settings, "new.hire@example.com")
+    team = text_of(admin.get("/dashboard/team").text)  # who has not signed in yet
+    assert "new.hire@example.com New Hire Invited, not signed in yet" in team
+    assert "Signed in (last " in team  # the admin, signed in
     duplicate = post(admin, "/dashboard/team", "/dashboard/team/invite", {"email": "new.hire@example.com",
                                                                           "role": "MEMBER"})
     assert duplicate.status_code == 400 and "already a member" in text_of(duplicate.text)

@@ -34,7 +34,7 @@ def test_ask_generate_and_download(admin, http, org, engine, server):
     text = text_of(page.text)
     report_id = re.search(r"Report ([A-Z0-9]+) requested", text).group(1)
     assert "Waiting to be generated" in text and f"Check report {report_id} again" in text
-    assert "amount from 50.00; created from 2020-01-01; reward status canceled or delivered" in text
+    assert "amount from 50.00 USD; created from 2020-01-01; reward status canceled or delivered" in text
     api_report = http.get(f"/reports/{report_id}")  # the API sees the same report, in progress
     assert api_report.status_code == 202 and api_report.json()["report"]["status"] == "CREATED"
     assert not DOWNLOAD.search(page.text)
@@ -73,7 +73,7 @@ def test_report_amounts_follow_the_dashboards_amount_rule(admin):
     response = ask(admin, amount_gte="1,000", amount_lte="12,345.50")
     assert response.status_code == 303
     text = text_of(admin.get(response.headers["location"]).text)
-    assert "amount from 1,000.00; amount up to 12,345.50" in text
+    assert "amount from 1,000.00 USD; amount up to 12,345.50 USD" in text
 
 
 def test_reports_in_progress_are_limited_as_in_the_api(admin):

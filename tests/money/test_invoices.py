@@ -37,7 +37,7 @@ def test_create_get_list_and_documents(org, api, http):
     pdf = api.download_invoice_pdf(invoice.id)
     assert isinstance(pdf, bytes) and pdf.startswith(b"%PDF-")
     content = "\n".join(page.extract_text() for page in PdfReader(io.BytesIO(pdf)).pages)
-    for expected in (invoice.id, "Acme", "1250.50 USD", "PO-7781", "Q4 rewards", "not paid",
+    for expected in (invoice.id, "Acme", "1,250.50 USD", "PO-7781", "Q4 rewards", "not paid",
                      invoice.created_at.strftime("%Y-%m-%d")):
         assert expected in content, (expected, content)
     raw = http.get(f"/invoices/{invoice.id}/pdf", headers={"Accept": "application/json"})

@@ -37,9 +37,11 @@ class FormTooLarge(Exception):
 # --- amounts ------------------------------------------------------------------------------------
 # The one rule for every amount typed in the dashboard (send one, CSV rows, approval threshold,
 # invoices, top-ups): a dot for decimals; a comma only as a strict thousands separator.
-_PLAIN = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
-_GROUPED = re.compile(r"-?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
+_PLAIN = re.compile(r"-?[0-9]+(?:\.[0-9]{1,2})?")
+_GROUPED = re.compile(r"-?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]{1,2})?")
 _DECIMAL_COMMA = re.compile(r"-?(?:[0-9]{1,3}(?:\.[0-9]{3})+|[0-9]+),([0-9]{1,2})")  # 7,5  25,50  1.000,50
+_DOT_THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:\.[0-9]{3})+")  # 1.000  12.345.678: thousands, or 3 decimals?
+_LONG_FRACTION = re.compile(r"-?[0-9]+\.[0-9]{3,}")
 AMOUNT_HELP = "must be a number like 25, 25.50 or 1,000.50 (a dot for decimals, commas only between thousands)"
 
 
@@ -49,8 +51,9 @@ class AmountError(ValueError):
 
 def read_amount(text: str) -> Decimal:
     """The typed amount, exactly, as a Decimal: plain decimals ("7.50", "1000") or a comma as a
-    strict thousands separator ("1,000", "12,345,678.90"). Anything else raises AmountError:
-    "7,5" is refused ("use a dot for decimals: 7.50"), never read as 75. Whether the amount is
+    strict thousands separator ("1,000", "12,345,678.90"), at most 2 decimals. Anything else
+    raises AmountError: "7,5" is refused ("use a dot for decimals: 7.50"), never read as 75, and
+    "1.000" ("use a comma between thousands (1,000) ..."), never read as 1. Whether the amount is
     acceptable (positive, decimals of the currency, not too large) stays the services' rule."""
     text = text.strip()
     if not text or len(text) > 30:
@@ -59,6 +62,12 @@ def read_amount(text: str) -> Decimal:
         return Decimal(text)
     if _GROUPED.fullmatch(text):
         return Decimal(text.replace(",", ""))
+    if _DOT_THOUSANDS.fullmatch(text):
+        # "1.000" is one thousand in much of the world and 1.000 in the rest: never guessed.
+        grouped = text.replace(".", ",")
+        raise AmountError(f"use a comma between thousands ({grouped}) and a dot for decimals (at most 2)")
+    if _LONG_FRACTION.fullmatch(text):
+        raise AmountError("must have at most 2 decimal places")
     match = _DECIMAL_COMMA.fullmatch(text)
     if match:
         whole = text[:match.start(1) - 1].replace(".", "")

@@ -12,8 +12,9 @@ CSV_COLUMNS = ["invoice_id", "organization", "organization_id", "po_number", "me
                "status", "created_at", "paid_at"]
 
 
-def _amount(row) -> str:
-    return amount_in(row.amount_cents, row.currency_code)
+def _amount(row, *, grouped: bool = False) -> str:
+    """The amount in the currency's decimals: "1000.00" for the CSV's data, "1,000.00" on the PDF."""
+    return amount_in(row.amount_cents, row.currency_code, grouped=grouped)
 
 
 def safe_cell(value: str) -> str:
@@ -51,7 +52,7 @@ def to_pdf(row) -> bytes:
     pdf.ln(4)
     lines = [
         ("Organization", f"{row.organization_name} ({row.organization_id})"),
-        ("Amount", f"{_amount(row)} {row.currency_code}"),
+        ("Amount", f"{_amount(row, grouped=True)} {row.currency_code}"),
         ("Currency", row.currency_code),
         ("PO number", row.po_number or "-"),
         ("Memo", row.memo or "-"),

@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from largesse import db
 from largesse.campaigns import service as campaigns_service
 from largesse.dashboard import access, forms
-from largesse.dashboard.web import route
+from largesse.dashboard.web import money, route
 from largesse.errors import ApiError
 from largesse.reports import endpoints as report_endpoints
 from largesse.reports import service as reports
@@ -36,10 +36,9 @@ EMPTY = {"amount_gte": "", "amount_lte": "", "from": "", "to": "", "campaign": "
          "delivery_method": "", "status": []}
 
 
-def describe(filters: dict) -> str:
-    """The stored filters (reports/service.validate) in words, for the list."""
-    from largesse.money import format_amount
-
+def describe(filters: dict, currency: str) -> str:
+    """The stored filters (reports/service.validate) in words, for the list; amounts as the
+    dashboard shows every amount, in the organization's currency."""
     words = {"amount_gte_cents": "amount from", "amount_lte_cents": "amount up to", "created_gte": "created from",
              "created_lte": "created to", "delivered_at": "delivered on", "campaign_id": "campaign",
              "order_id": "order", "delivery_method": "delivery", "order_status": "order status",
@@ -47,7 +46,7 @@ def describe(filters: dict) -> str:
     parts = []
     for key, value in filters.items():
         if key.endswith("_cents"):
-            value = format_amount(value, grouped=True)
+            value = money(value, currency)
         elif isinstance(value, list):
             value = " or ".join(REWARD_STATUSES.get(v, v).lower() for v in value)
         else:
@@ -98,7 +97,7 @@ def _message(exc: ApiError) -> str:
 def _page(ctx, status: int = 200, *, error: str | None = None, entered: dict | None = None):
     org = ctx.viewer.organization_id
     with db.read(ctx.engine) as conn:
-        rows = [{**r, "described": describe(r["filters"])}
+        rows = [{**r, "described": describe(r["filters"], ctx.viewer.currency_code)}
                 for r in reports.list_recent(conn, org, _link(ctx), limit=20)]
         campaigns = campaigns_service.list_for(conn, org)
     asked = ctx.arg("asked", max_length=20)
@@ -136,5 +135,6 @@ def show_report(ctx, report_id: str):
     with db.read(ctx.engine) as conn:
         row = access.owned(conn, ctx.viewer, reports_table, report_id)
         report = reports.get(conn, ctx.viewer.organization_id, row.id, _link(ctx))
-    return ctx.render("report.html", title=f"Report {row.id}", report={**report, "described": describe(row.filters)},
+    described = describe(row.filters, ctx.viewer.currency_code)
+    return ctx.render("report.html", title=f"Report {row.id}", report={**report, "described": described},
                       status_text=STATUS_TEXT, in_progress=reports.IN_PROGRESS)
