@@ -280,6 +280,7 @@ class Worker:
         renew_every = max(0.05, lease / 4)
         tick = min(1.0, renew_every)
         last_renew = last_ensure = time.monotonic()
+        unrenewed: set[int] = set()  # held but not renewed at the previous renewal
         while not self._beat_stop.wait(tick):
             try:
                 if time.monotonic() - last_ensure >= 60:  # in case it was deleted or the start failed
@@ -291,7 +292,10 @@ class Worker:
                         held = set(self.held)
                     kept = job_queue.renew(self.engine, self.id, held, lease)
                     with self._held_lock:
-                        lost = (held - kept) & self.held  # still in hand, but no longer ours
+                        missed = (held - kept) & self.held  # in hand, but not renewed
+                    # Lost: missed at two renewals in a row. Once is also what a job whose outcome
+                    # this worker has just written looks like, until its thread lets it go.
+                    lost, unrenewed = missed & unrenewed, missed
                     if lost:
                         log.warning("delivery worker %s lost the lease of jobs %s (taken over after it ran out)",
                                     self.id, sorted(lost))
