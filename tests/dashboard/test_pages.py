@@ -187,6 +187,7 @@ def test_csv_with_a_bad_row_then_fixed_places_one_order_once(admin, http, org):
     response = upload(admin, fixed)
     preview_url = response.headers["location"]
     text = text_of(admin.get(preview_url).text)
+    assert f"2 Ada {email} 20.00 USD OK" in text  # each row's amount as read, in the balance's currency
     assert "Total 45.00 USD" in text and "Available balance 5,000.00 USD" in text
     assert "Place order of 3 rewards" in text
     placed = post(admin, preview_url, preview_url, {})
