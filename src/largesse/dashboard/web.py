@@ -17,6 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -48,11 +49,18 @@ def money(cents: int | None, currency: str = "USD") -> str:
     return f"{sign}{amount_in(abs(cents), currency, grouped=True)} {currency}"
 
 
+def wire_money(amount, currency: str) -> str:
+    """An amount in currency units (a JSON number as the API shows it, or a Decimal as a form
+    or a CSV row read it), for people, as money() shows cents."""
+    return money(int(Decimal(str(amount)).scaleb(2)), currency)
+
+
 def when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else ""
 
 
 TEMPLATES.filters["money"] = money
+TEMPLATES.filters["wire_money"] = wire_money
 TEMPLATES.filters["when"] = when
 
 

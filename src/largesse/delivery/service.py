@@ -260,30 +260,30 @@ def expire_due(engine: Engine, *, now=None) -> int:
             return expired
 
 
-def expiry_days_of(conn: Connection, *, org: str, campaign_id: str | None = None) -> tuple[bool, int | None]:
-    """(found, days) of an organization's or one of its campaigns' reward expiry (None: not set,
-    the next level's applies: campaign, then organization, then LARGESSE_REWARD_EXPIRY_DAYS)."""
+def _expiry_of(org: str, campaign_id: str | None):
+    """(table, the row's condition) holding the reward expiry of an organization, or of one
+    of its campaigns."""
     from largesse.campaigns.models import campaigns
     from largesse.orgs.models import organizations
 
     if campaign_id is not None:
-        statement = select(campaigns.c.reward_expiry_days).where(campaigns.c.organization_id == org,
-                                                                  campaigns.c.id == campaign_id)
-    else:
-        statement = select(organizations.c.reward_expiry_days).where(organizations.c.id == org)
-    row = conn.execute(statement).first()
+        return campaigns, (campaigns.c.organization_id == org) & (campaigns.c.id == campaign_id)
+    return organizations, organizations.c.id == org
+
+
+def expiry_days_of(conn: Connection, *, org: str, campaign_id: str | None = None) -> tuple[bool, int | None]:
+    """(found, days) of an organization's or one of its campaigns' reward expiry (None: not set,
+    the next level's applies: campaign, then organization, then LARGESSE_REWARD_EXPIRY_DAYS)."""
+    table, row_of = _expiry_of(org, campaign_id)
+    row = conn.execute(select(table.c.reward_expiry_days).where(row_of)).first()
     return (row is not None, row[0] if row is not None else None)
 
 
 def set_expiry_days(conn: Connection, *, org: str, days: int | None, campaign_id: str | None = None) -> bool:
     """Set the reward expiry of an organization, or of one of its campaigns (None: the default).
     New rewards use it; existing rewards keep their expires_at."""
-    from largesse.campaigns.models import campaigns
-    from largesse.orgs.models import organizations
-
+    table, row_of = _expiry_of(org, campaign_id)
+    values = {"reward_expiry_days": days}
     if campaign_id is not None:
-        statement = (update(campaigns).where(campaigns.c.organization_id == org, campaigns.c.id == campaign_id)
-                     .values(reward_expiry_days=days, updated_at=utcnow()))
-    else:
-        statement = update(organizations).where(organizations.c.id == org).values(reward_expiry_days=days)
-    return conn.execute(statement).rowcount == 1
+        values["updated_at"] = utcnow()
+    return conn.execute(update(table).where(row_of).values(**values)).rowcount == 1

@@ -39,7 +39,8 @@ LIST_KEYS = {REVIEW_COUNTRY: ("countries",), REVIEW_IP: ("ips",), ALLOW_IP: ("ip
 # country whitelist, every redemption; DELETE /fraud_rules/{rule_type} removes a rule. A
 # review_email rule needs an email or a domain.
 EMAIL_RULE_NEEDS = "needs emails or domains"
-EMPTY_LIST = "must have at least one entry (delete the rule instead)"
+NEEDS_ENTRY = "must have at least one entry"
+EMPTY_LIST = f"{NEEDS_ENTRY} (delete the rule instead)"
 PERIODS = ("7", "30", "90", "120", "365", "all_time")
 MAX_LIST = 50_000
 MAX_AMOUNT_CENTS = 10**13
@@ -234,7 +235,7 @@ def update_list(rule_type: str, stored: dict, operation: Any, config: Any) -> di
         updated[key] = merged
     if not any(updated.get(key) for key in keys):
         # What the create refuses (EMPTY_LIST, EMAIL_RULE_NEEDS), refused here too, at the lists emptied.
-        needs = f"it {EMAIL_RULE_NEEDS}" if rule_type == REVIEW_EMAIL else f"its {keys[0]} {EMPTY_LIST.split(' (')[0]}"
+        needs = f"it {EMAIL_RULE_NEEDS}" if rule_type == REVIEW_EMAIL else f"its {keys[0]} {NEEDS_ENTRY}"
         why = f"would leave the rule without entries ({needs}); delete the rule instead"
         removed = [key for key, values in given.items() if values]
         raise BadRequest(f"config.{removed[0]}: {why}", payload_from((("config", key), why) for key in removed))

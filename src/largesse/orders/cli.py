@@ -77,20 +77,14 @@ def orders_pending(org: OrgOption, as_json: JsonFlag = False):
 
 
 def _decide(verb: str, org: str, order_id: str, member: str, as_json: bool) -> None:
-    from sqlalchemy import or_, select
-
     from largesse.errors import ApiError
     from largesse.orders import approvals
-    from largesse.orgs.models import members
-    from largesse.orgs.service import email_key
+    from largesse.orgs import service as orgs
 
     engine = open_engine()
     with db.read(engine) as conn:
         require_org(conn, org)
-        # The member's ID or address (`members list` shows both).
-        member_id = conn.execute(select(members.c.id).where(
-            members.c.organization_id == org,
-            or_(members.c.id == member, members.c.email_key == email_key(member)))).scalar()
+        member_id = orgs.member_id_for(conn, org, member)  # its ID or address (`members list` shows both)
         if member_id is None:
             fail(f"no member {member} in organization {org} (give a member's ID or address: `largesse members list`)")
     decide = approvals.approve_order if verb == "approve" else approvals.reject_order

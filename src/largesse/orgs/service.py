@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, bindparam, delete, exists, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from largesse import auth, codes, db
@@ -107,6 +107,14 @@ def add_member(conn: Connection, *, organization_id: str, email: str, name: str 
     except IntegrityError:
         raise OrgError(f"{email} is already a member of this organization") from None
     return member_id
+
+
+def member_id_for(conn: Connection, organization_id: str, member: str) -> str | None:
+    """The ID of the organization's member named by `member`, its ID or its address (compared
+    as email_key compares addresses), or None."""
+    return conn.execute(select(members.c.id).where(
+        members.c.organization_id == organization_id,
+        or_(members.c.id == member, members.c.email_key == email_key(member)))).scalar()
 
 
 _MEMBER_KEYS = select(members.c.email_key).where(

@@ -5,14 +5,13 @@ amount typed is handed over as text, which the services read exactly (money.to_c
 from __future__ import annotations
 
 import secrets
-from decimal import Decimal
 
 from fastapi import APIRouter
 from starlette.responses import Response
 
 from largesse import db
 from largesse.dashboard import access, forms
-from largesse.dashboard.web import TEMPLATES, money, route
+from largesse.dashboard.web import route
 from largesse.errors import ApiError
 from largesse.funding import service as funding
 from largesse.invoices import documents
@@ -28,13 +27,6 @@ TOPUP_NOTICES = {"requested": "Top-up requested. The balance is credited when th
                  "replayed": "This top-up was already requested; nothing was added twice."}
 
 
-def wire_money(amount, currency: str) -> str:
-    """An amount as the API shows it (a JSON number of at most 2 decimals), for people, as
-    every other amount of the dashboard (web.money)."""
-    return money(int(Decimal(str(amount)).scaleb(2)), currency)
-
-
-TEMPLATES.filters["wire_money"] = wire_money
 
 
 def _offset(ctx) -> int:

@@ -66,12 +66,12 @@ def _body(entered: dict) -> dict:
     naming the box. Whether an amount is acceptable stays the service's rule."""
     given: dict = {}
     amount = {}
-    for key, box in (("gte", "Smallest amount"), ("lte", "Largest amount")):
+    for key in ("gte", "lte"):
         if entered[f"amount_{key}"]:
             try:
                 amount[key] = forms.read_amount(entered[f"amount_{key}"])
-            except forms.AmountError as exc:
-                raise forms.AmountError(f"{box}: {exc}") from None
+            except forms.AmountError as exc:  # named by the box's label, as the API's errors are
+                raise forms.AmountError(f"{LABELS[F + 'amount.' + key]}: {exc}") from None
     created = {k: entered[f] for k, f in (("gte", "from"), ("lte", "to")) if entered[f]}
     if amount:
         given["amount"] = amount
