@@ -91,14 +91,15 @@ def deliver_mail(engine, settings) -> None:
     Worker(engine, settings).drain()
 
 
-def signin_links(settings, address: str) -> list[str]:
-    """Sign-in links mailed to address, oldest first (read from the Maildir)."""
+def signin_links(settings, address: str, kinds=("dashboard-signin", "dashboard-invitation")) -> list[str]:
+    """Sign-in links mailed to address (sign-in emails and invitations), oldest first (read
+    from the Maildir)."""
     import mailbox
 
     found = []
     box = mailbox.Maildir(settings.mail_dir, create=False)
     for message in sorted(box, key=lambda m: m.get_date()):
-        if message["X-Largesse-Kind"] == "dashboard-signin" and address.lower() in message["To"].lower():
+        if message["X-Largesse-Kind"] in kinds and address.lower() in message["To"].lower():
             body = message.get_payload(decode=True).decode()
             found += LINK.findall(body)
     return found

@@ -358,6 +358,68 @@ def test_team_invite_sends_a_sign_in_link(admin, http, engine, server):
     assert duplicate.status_code == 400 and "already a member" in text_of(duplicate.text)
 
 
+def invitations_to(settings, address: str) -> list:
+    import mailbox
+
+    box = mailbox.Maildir(settings.mail_dir, create=False)
+    return sorted((m for m in box if m["X-Largesse-Kind"] == "dashboard-invitation" and address in m["To"]),
+                  key=lambda m: m.get_date())
+
+
+def test_an_invitation_says_who_and_as_what_lasts_a_week_and_can_be_sent_again(admin, http, engine, server, org):
+    """The invitation email names the inviter, the organization and the role; its link lasts
+    INVITE_DAYS (a sign-in link lasts 15 minutes); MEMBERS.INVITED is emitted with it; until
+    the member signs in, the Team page sends it again with a new link, and not after."""
+    from datetime import timedelta
+
+    from sqlalchemy import select
+
+    from largesse.dashboard.models import signin_tokens
+    from largesse.orgs.models import organizations
+    from largesse.timeutil import utcnow
+    from tests.dashboard.conftest import page_client, sign_in_with_link, signin_links
+    from tests.fraud.conftest import events_for
+
+    assert http.post("/webhooks", json={"url": "http://127.0.0.1:9/hook"}).status_code == 200
+    assert post(admin, "/dashboard/team", "/dashboard/team/invite",
+                {"email": "viewer@example.com", "role": "VIEWER"}).status_code == 303
+    deliver_mail(engine, server.settings)
+    [mail] = invitations_to(server.settings, "viewer@example.com")
+    body = mail.get_payload(decode=True).decode()
+    first = ok(http.get("/members"))["members"][0]
+    with db.read(engine) as conn:
+        org_name = conn.execute(select(organizations.c.name).where(organizations.c.id == org.id)).scalar_one()
+    assert mail["Subject"] == f"{first['name'] or first['email']} invited you to {org_name} on Largesse"
+    assert "as viewer. What this role can do: Sees the organization's orders" in body
+    assert "for 7 days" in body and f"{server.url}/dashboard/signin" in body
+    new_id = next(m["id"] for m in ok(http.get("/members"))["members"] if m["email"] == "viewer@example.com")
+    assert events_for(engine, org.id, new_id) == ["MEMBERS.CREATED", "MEMBERS.INVITED"]
+    with db.read(engine) as conn:
+        expires = conn.execute(select(signin_tokens.c.expires_at).where(signin_tokens.c.member_id == new_id)
+                               ).scalar_one()
+    assert timedelta(days=6, hours=23) < expires - utcnow() <= timedelta(days=7)
+
+    again = f"/dashboard/team/members/{new_id}/invite"
+    page = admin.get("/dashboard/team").text
+    assert f'action="{again}"' in page and "Send the invitation again to viewer@example.com" in text_of(page)
+    response = post(admin, "/dashboard/team", again, {})
+    assert response.status_code == 303
+    assert "Invitation sent again" in text_of(admin.get(response.headers["location"]).text)
+    deliver_mail(engine, server.settings)
+    links = signin_links(server.settings, "viewer@example.com")
+    assert len(invitations_to(server.settings, "viewer@example.com")) == 2 and len(set(links)) == 2
+    assert events_for(engine, org.id, new_id) == ["MEMBERS.CREATED", "MEMBERS.INVITED", "MEMBERS.INVITED"]
+
+    viewer = page_client(server.url)
+    assert sign_in_with_link(viewer, links[-1]).status_code == 303
+    viewer.close()
+    page = admin.get("/dashboard/team").text
+    assert f'action="{again}"' not in page
+    refused = post(admin, "/dashboard/team", again, {})
+    assert refused.status_code == 409 and "has signed in already" in text_of(refused.text)
+    assert len(invitations_to(server.settings, "viewer@example.com")) == 2
+
+
 def test_sign_in_sets_the_members_last_login(engine, server, org, api):
     """Member.last_login_at and get_member's last_login event (API.md §3): absent until the
     member signs in to the dashboard, then the time of the latest sign-in; status INVITED

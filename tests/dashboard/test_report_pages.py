@@ -56,6 +56,9 @@ def test_report_form_shows_the_apis_errors(admin, http, other_org):
     assert response.status_code == 400 and "Smallest amount: must be a number" in text_of(response.text)
     response = ask(admin, **{"from": "2024-13-45"})
     assert response.status_code == 400 and "Created from: must be a date" in text_of(response.text)
+    response = ask(admin, amount_gte="80", amount_lte="50")
+    assert response.status_code == 400
+    assert "Largest amount: must be at least smallest amount" in text_of(response.text)
     with other_org.http() as other:
         foreign = place(other, other_org.member_email)["id"]
     response = ask(admin, order=foreign)  # another organization's order: the API's 400, on the form

@@ -141,6 +141,15 @@ def test_filters_select_rewards(org, api, http, work):
         "delivery_method": "pigeon"}}},
      {"filters": {"digital_rewards": {"delivery_method": ["must be one of phone, email, link, mail, direct"]}}}),
     ({"report_type": "digital_rewards", "format": "csv", "filters": []}, {"filters": ["must be an object"]}),
+    # a range that nothing can match is a mistake, not an empty report
+    ({"report_type": "digital_rewards", "format": "csv", "filters": {"digital_rewards": {
+        "amount": {"gte": 80, "lte": 50}}}},
+     {"filters": {"digital_rewards": {"amount": {"lte": [
+         "must be at least filters.digital_rewards.amount.gte"]}}}}),
+    ({"report_type": "digital_rewards", "format": "csv", "filters": {"digital_rewards": {
+        "created_at": {"gte": "2024-03-02", "lte": "2024-03-01"}}}},
+     {"filters": {"digital_rewards": {"created_at": {"lte": [
+         "must not be before filters.digital_rewards.created_at.gte"]}}}}),
 ])
 def test_invalid_requests_answer_400_with_payload(http, body, payload):
     assert error(http.post("/reports", json=body), 400)["payload"] == payload

@@ -9,6 +9,10 @@ job in the outbox; the worker calls send_signin_email(), which issues the token 
 moment (so no usable secret ever sits in the jobs table) and sends through the same
 transport as reward emails (Maildir on a laptop, SMTP in production).
 
+An invitation (the Team page's "Send invitation" and "Send the invitation again") is the same
+job with `invite` set: its link lasts INVITE_DAYS, its email says who added them and as what,
+and queueing it emits MEMBERS.INVITED.
+
 A session's cookie holds a random value; the table holds its SHA-256. It ends on sign-out,
 after IDLE of inactivity, or ABSOLUTE after sign-in, whichever comes first.
 """
@@ -40,6 +44,7 @@ log = logging.getLogger("largesse.dashboard")
 
 JOB_KIND = "dashboard_signin"
 SIGNIN_MINUTES = 15
+INVITE_DAYS = 7  # an invitation's link: people read such mail days later
 IDLE = timedelta(hours=12)
 ABSOLUTE = timedelta(days=7)
 TOUCH_EVERY = timedelta(minutes=5)  # last_seen_at is written at most this often: reads stay reads
@@ -69,12 +74,13 @@ def signin_link(public_url: str, token: str) -> str:
     return f"{public_url.rstrip('/')}/dashboard/signin/link?token={quote(token)}"
 
 
-def issue_token(conn: Connection, *, member_id: str, organization_id: str, next_path: str | None = None) -> str:
+def issue_token(conn: Connection, *, member_id: str, organization_id: str, next_path: str | None = None,
+                lifetime: timedelta = timedelta(minutes=SIGNIN_MINUTES)) -> str:
     token = secrets.token_urlsafe(32)
     now = utcnow()
     conn.execute(signin_tokens.insert().values(
         token_hash=hash_secret(token), member_id=member_id, organization_id=organization_id,
-        next_path=local_path(next_path), created_at=now, expires_at=now + timedelta(minutes=SIGNIN_MINUTES)))
+        next_path=local_path(next_path), created_at=now, expires_at=now + lifetime))
     return token
 
 
@@ -110,9 +116,19 @@ def request_signin(engine: Engine, settings: Settings, *, email: str, client: st
 
 
 def queue_signin_email(conn: Connection, *, member_id: str, organization_id: str, next_path: str | None = None) -> None:
-    """Queue a sign-in email in the caller's transaction (sign-in requests, invitations)."""
+    """Queue a sign-in email in the caller's transaction."""
     job_queue.enqueue(conn, kind=JOB_KIND, organization_id=organization_id,
                       payload={"member_id": member_id, "next": local_path(next_path)}, max_attempts=5)
+
+
+def queue_invitation(conn: Connection, *, member_id: str, organization_id: str, invited_by: str | None) -> None:
+    """Queue an invitation email in the caller's transaction, and emit MEMBERS.INVITED."""
+    from largesse.webhooks import service as webhooks
+
+    job_queue.enqueue(conn, kind=JOB_KIND, organization_id=organization_id,
+                      payload={"member_id": member_id, "next": None, "invite": True,
+                               "invited_by": (invited_by or "")[:200]}, max_attempts=5)
+    webhooks.emit(conn, organization_id, [("MEMBERS.INVITED", member_id)])
 
 
 def send_signin_email(ctx, job) -> str:
@@ -123,18 +139,22 @@ def send_signin_email(ctx, job) -> str:
     settings = ctx.settings
     with db.write(ctx.engine) as conn:
         member = conn.execute(
-            select(members.c.id, members.c.email, members.c.name, members.c.organization_id, organizations.c.name
-                   .label("org_name"))
+            select(members.c.id, members.c.email, members.c.name, members.c.role, members.c.organization_id,
+                   organizations.c.name.label("org_name"))
             .join(organizations, organizations.c.id == members.c.organization_id)
             .where(members.c.id == payload.get("member_id"), members.c.active.is_(True))
         ).first()
         if member is None:
             job_queue.mark_done(conn, job, ctx.worker_id, "skipped: member not found")
             return "skipped"
+        invite = bool(payload.get("invite"))
         token = issue_token(conn, member_id=member.id, organization_id=member.organization_id,
-                            next_path=payload.get("next"))
+                            next_path=payload.get("next"),
+                            lifetime=timedelta(days=INVITE_DAYS) if invite else timedelta(minutes=SIGNIN_MINUTES))
     try:
-        message = signin_message(member, signin_link(settings.public_url, token), settings)
+        link = signin_link(settings.public_url, token)
+        message = (invitation_message(member, link, settings, str(payload.get("invited_by") or ""))
+                   if invite else signin_message(member, link, settings))
     except (ValueError, TypeError) as exc:
         raise DeliveryError(f"cannot build the message: {exc}", permanent=True) from None
     ctx.transport.send(message)
@@ -143,19 +163,40 @@ def send_signin_email(ctx, job) -> str:
     return "sent"
 
 
-def signin_message(member, link: str, settings: Settings) -> EmailMessage:
+def _message(member, subject: str, kind: str, settings: Settings) -> EmailMessage:
     msg = EmailMessage()
-    msg["Subject"] = f"Sign in to {member.org_name} on Largesse"
+    msg["Subject"] = subject
     msg["From"] = Address(display_name=settings.mail_from_name, addr_spec=settings.mail_from)
     msg["To"] = Address(display_name=(member.name or "").replace("\n", " "), addr_spec=member.email)
     msg["Date"] = format_datetime(utcnow().replace(tzinfo=UTC))
     msg["Message-ID"] = make_msgid(domain=settings.mail_from.rpartition("@")[2] or None)
-    msg["X-Largesse-Kind"] = "dashboard-signin"
+    msg["X-Largesse-Kind"] = kind
+    return msg
+
+
+def signin_message(member, link: str, settings: Settings) -> EmailMessage:
+    msg = _message(member, f"Sign in to {member.org_name} on Largesse", "dashboard-signin", settings)
     msg.set_content(
         f"Hello{' ' + member.name if member.name else ''},\n\n"
         f"Open this link to sign in to the {member.org_name} dashboard:\n\n{link}\n\n"
         f"The link works once, for {SIGNIN_MINUTES} minutes. If you did not ask to sign in, ignore this "
         "message: nobody can sign in without it.\n")
+    return msg
+
+
+def invitation_message(member, link: str, settings: Settings, invited_by: str) -> EmailMessage:
+    from largesse.orgs.roles import ROLES
+
+    role = ROLES.get(member.role)
+    as_what = f" as {role.title.lower()}. What this role can do: {role.description}" if role else "."
+    who = " ".join((invited_by or "An administrator").split())
+    msg = _message(member, f"{who} invited you to {member.org_name} on Largesse", "dashboard-invitation", settings)
+    msg.set_content(
+        f"Hello{' ' + member.name if member.name else ''},\n\n"
+        f"{who} added you to the {member.org_name} dashboard on Largesse{as_what}\n\n"
+        f"Open this link to sign in:\n\n{link}\n\n"
+        f"The link works once, for {INVITE_DAYS} days. After that, or to sign in again later, ask for a new "
+        f"link at {settings.public_url.rstrip('/')}/dashboard/signin with this address.\n")
     return msg
 
 

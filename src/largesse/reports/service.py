@@ -78,6 +78,12 @@ def _object(value: Any, path: tuple) -> dict:
     return value
 
 
+def _refuse_empty_range(out: dict, low: str, high: str, path: tuple, words: str) -> None:
+    """400 at path's lte when both bounds are given and no value could match them."""
+    if low in out and high in out and out[low] > out[high]:
+        raise problem((*path, "lte"), f"{words} {'.'.join((*path, 'gte'))}")
+
+
 def validate(conn: Connection, org: str, body: dict) -> tuple[str, str, dict]:
     """(report_type, format, stored filters) from a CreateReport body (API.md §2.9)."""
     report_type, fmt = body.get("report_type"), body.get("format")
@@ -99,11 +105,13 @@ def validate(conn: Connection, org: str, body: dict) -> tuple[str, str, dict]:
         for key in ("gte", "lte"):
             if amount.get(key) is not None:
                 out[f"amount_{key}_cents"] = _amount(amount[key], (*where, "amount", key))
+        _refuse_empty_range(out, "amount_gte_cents", "amount_lte_cents", (*where, "amount"), "must be at least")
     if given.get("created_at") is not None:
         created = _object(given["created_at"], (*where, "created_at"))
         for key in ("gte", "lte"):
             if created.get(key) is not None:
                 out[f"created_{key}"] = _date(created[key], (*where, "created_at", key))
+        _refuse_empty_range(out, "created_gte", "created_lte", (*where, "created_at"), "must not be before")
     if given.get("delivered_at") is not None:
         out["delivered_at"] = _date(given["delivered_at"], (*where, "delivered_at"))
     for key, table, noun in (("campaign_id", campaigns, "Campaign"), ("order_id", orders, "Order")):

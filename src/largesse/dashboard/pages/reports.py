@@ -90,7 +90,8 @@ def _message(exc: ApiError) -> str:
     text = exc.message
     for path, label in LABELS.items():
         if text.startswith(path):
-            return label + text[len(path):]
+            text = label + text[len(path):]
+        text = text.replace(path, label.lower())  # "... must be at least <the other box>"
     return text
 
 

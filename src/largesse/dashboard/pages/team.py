@@ -11,10 +11,12 @@ from largesse.errors import ApiError
 from largesse.orgs import service as orgs
 from largesse.orgs.models import members
 from largesse.orgs.roles import ROLES
+from largesse.redemption import ratelimit
 
 router = APIRouter()
 _ROLE_CHOICES = {r.id: (r.title, r.description) for r in ROLES.values()}
-NOTICES = {"invited": "Invitation sent: they will receive a sign-in link by email.",
+NOTICES = {"invited": f"Invitation sent: they will receive a sign-in link by email, valid {signin.INVITE_DAYS} days.",
+           "reinvited": f"Invitation sent again, with a new link valid {signin.INVITE_DAYS} days.",
            "role": "Role changed.", "removed": "Member removed."}
 
 
@@ -39,10 +41,34 @@ def invite(ctx):
     try:  # the API's own rules (orgs.service): a known role, a valid new address, MEMBERS.CREATED
         with db.write(ctx.engine) as conn:
             member_id = orgs.add_member_checked(conn, organization_id=org, email=email, name=name, role=role)
-            signin.queue_signin_email(conn, member_id=member_id, organization_id=org)
+            signin.queue_invitation(conn, member_id=member_id, organization_id=org, invited_by=_inviter(ctx))
     except ApiError as exc:
         return _team(ctx, 400, error=exc.message)
     return ctx.redirect("/dashboard/team?done=invited")
+
+
+def _inviter(ctx) -> str:
+    return ctx.viewer.name or ctx.viewer.email
+
+
+@route(router, "POST", "/team/members/{member_id}/invite", action="admin")
+def reinvite(ctx, member_id: str):
+    """Send the invitation again (a lost email, an expired link), to a member who has not
+    signed in yet; at most PER_ADDRESS a minute, as sign-in emails are."""
+    org = ctx.viewer.organization_id
+    wait = None
+    with db.write(ctx.engine) as conn:
+        member = access.owned(conn, ctx.viewer, members, member_id)
+        if member.status == orgs.INVITED:
+            wait = ratelimit.check(conn, signin.LIMITS, [(f"dinvite:{member_id}", signin.PER_ADDRESS)])
+            if wait is None:
+                signin.queue_invitation(conn, member_id=member_id, organization_id=org, invited_by=_inviter(ctx))
+    if member.status != orgs.INVITED:
+        return _team(ctx, 409, error=f"{member.email} has signed in already: they can ask for a sign-in link "
+                                     "on the sign-in page.")
+    if wait is not None:
+        return _team(ctx, 429, error=f"Too many invitations to this address: try again in {wait} s.")
+    return ctx.redirect("/dashboard/team?done=reinvited")
 
 
 @route(router, "POST", "/team/members/{member_id}/role", action="admin")
