@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 
@@ -26,6 +28,28 @@ def test_docs_page(server):
     response = httpx.get(f"{server.url}/docs")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
     assert "/openapi.json" in response.text
+    # Swagger UI's files come from this server: the page works offline and tells no third party
+    assert "//" not in "".join(re.findall(r'(?:src|href)="([^"]+)"', response.text))
+    for asset, kind in (("swagger-ui-bundle.js", "javascript"), ("swagger-ui.css", "text/css")):
+        served = httpx.get(f"{server.url}/docs/assets/{asset}")
+        assert served.status_code == 200 and kind in served.headers["content-type"], asset
+
+
+def test_docs_page_renders_the_api_in_a_browser(server, browser_page):
+    """Chromium with every request outside this server refused: the page lists the operations."""
+    outside = []
+
+    def only_this_server(route):
+        if route.request.url.startswith(server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    browser_page.route("**/*", only_this_server)
+    browser_page.goto(f"{server.url}/docs")
+    browser_page.get_by_text("/api/v2/orders/{order_id}", exact=True).first.wait_for(timeout=15000)
+    assert browser_page.locator(".opblock").count() > 60 and outside == []
 
 
 def test_every_operation_of_the_official_client_is_routed(server):

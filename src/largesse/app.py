@@ -121,6 +121,25 @@ class RequestGuard:
         return await self.app(scope, limited_receive, send)
 
 
+def _serve_api_docs(app: FastAPI) -> None:
+    """/docs: Swagger UI on this server's own copy of its files (the fastapi-offline package
+    ships them), so the page works on a laptop without internet and loads nothing from a
+    third party."""
+    from importlib.resources import files
+
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    assets = "/docs/assets"
+    app.mount(assets, StaticFiles(directory=str(files("fastapi_offline") / "static")), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def api_docs():
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API",
+                                   swagger_js_url=f"{assets}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{assets}/swagger-ui.css",
+                                   swagger_favicon_url=f"{assets}/favicon.png")
+
+
 def _document_self_parsed_bodies(app: FastAPI) -> None:
     """Put the schemas of bodies that endpoints parse themselves (web.json_body_doc) into the
     OpenAPI components, where their requestBody $refs point."""
@@ -266,7 +285,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
         lifespan=lifespan,
         openapi_url="/openapi.json",
         redirect_slashes=False,  # exact paths only (API.md §7.16): /orders/ is a 404, not a redirect
-        docs_url="/docs",
+        docs_url=None,  # served below with Swagger UI's own files, not a CDN
         redoc_url=None,
         **_fastapi_telemetry(settings),
     )
@@ -316,6 +335,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     app.include_router(connect_pages.router)  # /connect/{token}: connected members' sign-in page
     paths.serve_html_404(app, "/connect/", connect_pages.not_found_page, valid=connect_pages.TOKEN_PATH)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _serve_api_docs(app)
     from largesse.dashboard import router as dashboard
 
     dashboard.install(app)  # /dashboard: the organization's web pages (dashboard/)
