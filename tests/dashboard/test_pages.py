@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 
+import httpx
 import pytest
 
 from largesse import db
@@ -67,6 +68,37 @@ def test_a_zero_decimal_currency_is_shown_in_whole_units(engine, server):
     finally:
         client.close()
     assert "5,000 JPY" in text and "500000" not in text, text
+
+
+def test_an_organization_whose_currency_no_product_offers_sends_in_another(engine, server):
+    """A JPY organization (no shipped product is offered in JPY) picks the reward's currency on
+    the form; the order converts it into the balance's currency, as POST /orders does with
+    value.currency_code, and the summary shows both amounts."""
+    from largesse.orgs import service as orgs
+
+    with db.write(engine) as conn:
+        created = orgs.create_org(conn, name="Tokyo senders", member_email="owner@tokyo-send.example",
+                                  member_name="Owner", sandbox=True, currency_code="JPY")
+    client = signed_in(engine, server.url, created.organization_id, created.member_id)
+    try:
+        form = client.get("/dashboard/send").text
+        options = re.findall(r'<option value="([A-Z]{3})"( selected)?>', form)
+        assert options[0] == ("JPY", " selected") and ("USD", "") in options
+        data = {"name": "Owner", "email": "owner@tokyo-send.example", "amount": "10", "currency": "USD",
+                "method": "EMAIL", "products": GIFT_CARD_USD, "message": ""}
+        summary = send_one(client, data, confirm=False)
+        text = text_of(summary.text)
+        assert summary.status_code == 200 and "Reward value 10.00 USD" in text, text
+        assert re.search(r"Amount, converted [\d,]+ JPY", text) and "Total charged to the balance" in text
+        placed = send_one(client, data)
+        assert placed.status_code == 303, text_of(placed.text)
+        order_id = placed.headers["location"].rsplit("/", 1)[1]
+    finally:
+        client.close()
+    with httpx.Client(base_url=f"{server.url}/api/v2", headers={"Authorization": f"Bearer {created.api_key}"}) as api:
+        order = ok(api.get(f"/orders/{order_id}"))["order"]
+    assert order["payment"]["currency_code"] == "JPY"
+    assert order["rewards"][0]["value"] == {"denomination": 10.0, "currency_code": "USD"}
 
 
 def test_overview_shows_balance_and_this_months_rewards(admin, http, org):

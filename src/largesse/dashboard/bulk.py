@@ -35,15 +35,16 @@ def pydantic_problems(exc: ValidationError) -> list[str]:
 
 
 def reward_in(*, name: str, email: str, amount_text: str, products: list[str], campaign_id: str | None,
-              method: str = "EMAIL", message: str | None = None, custom_fields: list[dict] | None = None
-              ) -> tuple[RewardIn | None, list[str]]:
-    """(RewardIn, []) or (None, problems) for one recipient."""
+              method: str = "EMAIL", message: str | None = None, custom_fields: list[dict] | None = None,
+              currency: str | None = None) -> tuple[RewardIn | None, list[str]]:
+    """(RewardIn, []) or (None, problems) for one recipient; currency: the reward's (None: the
+    balance's, as the API's default)."""
     try:
         value = forms.read_amount(amount_text)  # the dashboard's one rule for typed amounts
     except forms.AmountError as exc:
         return None, [f"amount: {exc}"]
     data = {
-        "value": {"denomination": value},
+        "value": {"denomination": value, **({"currency_code": currency} if currency else {})},
         "recipient": {"name": name or None, "email": email or None},
         "delivery": {"method": method, **({"meta": {"message": message}} if message else {})},
         "products": products or None,
@@ -152,11 +153,11 @@ def read_csv(content: bytes, fields: list) -> Sheet:
 
 
 def build_rewards(sheet: Sheet, fields: list, *, products: list[str], campaign_id: str | None,
-                  message: str | None, method: str = "EMAIL") -> None:
+                  message: str | None, method: str = "EMAIL", currency: str | None = None) -> None:
     """Give each row its RewardIn, or the problems that kept it from being one."""
     ids = {f.label: f.id for f in fields}
     for row in sheet.rows:
         custom = [{"id": ids[label], "value": value} for label, value in row.values.items()]
         row.reward, row.problems = reward_in(name=row.name, email=row.email, amount_text=row.amount,
                                              products=products, campaign_id=campaign_id, message=message,
-                                             method=method, custom_fields=custom)
+                                             method=method, custom_fields=custom, currency=currency)

@@ -16,7 +16,7 @@ from fastapi import APIRouter
 from largesse import db
 from largesse.campaigns import service as campaigns_service
 from largesse.catalog import service as catalog
-from largesse.dashboard import access, bulk
+from largesse.dashboard import access, bulk, forms
 from largesse.dashboard.models import uploads
 from largesse.dashboard.web import route
 from largesse.errors import ApiError, payload_from
@@ -38,14 +38,27 @@ def _choices(ctx, conn):
     shown = [p for p in products if (not category or p.category == category)
              and (not query or query in p.name.lower() or query in (p.description or "").lower())]
     return {"products": shown, "categories": categories, "q": ctx.arg("q", max_length=100), "category": category,
-            "campaigns": campaigns_service.list_for(conn, org), "fields": fields_service.list_for(conn, org)}
+            "campaigns": campaigns_service.list_for(conn, org), "fields": fields_service.list_for(conn, org),
+            "currencies": _currencies(ctx, products)}
+
+
+def _currencies(ctx, products) -> list[str]:
+    """The reward currencies to offer: the balance's first, then those the active products are
+    offered in. A reward in another currency than the balance's is converted by the order's
+    rules (forex/conversion.py), as through the API; the summary shows both amounts."""
+    own = ctx.viewer.currency_code
+    return [own] + sorted({c for p in products for c in (p.currency_codes or [])} - {own})
+
+
+def _currency(ctx) -> str:
+    return ctx.form.get("currency", max_length=3).upper() or ctx.viewer.currency_code
 
 
 def _form_page(ctx, status: int = 200, errors: list[str] | None = None, **values):
     with db.read(ctx.engine) as conn:
         choices = _choices(ctx, conn)
-    form = {"name": "", "email": "", "amount": "", "campaign": "", "products": [], "method": "EMAIL", "message": "",
-            "fields": {}, **values}
+    form = {"name": "", "email": "", "amount": "", "currency": ctx.viewer.currency_code, "campaign": "",
+            "products": [], "method": "EMAIL", "message": "", "fields": {}, **values}
     return ctx.render("send.html", status, title="Send rewards", form=form, errors=errors or [], methods=METHODS,
                       **choices)
 
@@ -63,7 +76,8 @@ def _entered(ctx, fields=None) -> dict:
         with db.read(ctx.engine) as conn:
             fields = fields_service.list_for(conn, ctx.viewer.organization_id)
     return {"name": form.get("name", max_length=200), "email": form.get("email", max_length=320),
-            "amount": form.get("amount", max_length=20), "campaign": form.get("campaign", max_length=20),
+            "amount": form.get("amount", max_length=20), "currency": _currency(ctx),
+            "campaign": form.get("campaign", max_length=20),
             "products": form.getlist("products", max_length=20)[:100],
             "method": form.get("method", "EMAIL", max_length=10).upper(),
             "message": form.get("message", max_length=5000),
@@ -73,7 +87,8 @@ def _entered(ctx, fields=None) -> dict:
 def _order(entered: dict, external_id: str | None = None):
     """(the API's CreateOrderIn, []) or (None, problems): the translation only (bulk.reward_in)."""
     reward, problems = bulk.reward_in(
-        name=entered["name"], email=entered["email"], amount_text=entered["amount"], products=entered["products"],
+        name=entered["name"], email=entered["email"], amount_text=entered["amount"], currency=entered["currency"],
+        products=entered["products"],
         campaign_id=entered["campaign"] or None, method=entered["method"], message=entered["message"] or None,
         custom_fields=[{"id": fid, "value": v} for fid, v in entered["fields"].items() if v])
     if reward is None:
@@ -107,7 +122,7 @@ def _summary(ctx, entered: dict, fields, preview, token: str, *, notice: str | N
     with db.read(ctx.engine) as conn:
         products = catalog.get_many_cached(conn, set(entered["products"]))
         campaign = campaigns_service.get(conn, org, entered["campaign"]) if entered["campaign"] else None
-    hidden = [(k, entered[k]) for k in ("name", "email", "amount", "campaign", "method", "message")]
+    hidden = [(k, entered[k]) for k in ("name", "email", "amount", "currency", "campaign", "method", "message")]
     hidden += [("products", p) for p in entered["products"]]
     hidden += [(f"field_{fid}", v) for fid, v in entered["fields"].items() if v]
     hidden += [("token", token), ("quoted_total", str(preview.total_cents))]
@@ -115,6 +130,7 @@ def _summary(ctx, entered: dict, fields, preview, token: str, *, notice: str | N
                       products=[products[p] for p in entered["products"] if p in products], campaign=campaign,
                       field_values=[(f.label, entered["fields"][f.id]) for f in fields if entered["fields"].get(f.id)],
                       method_text=dict(METHODS).get(entered["method"], entered["method"]), hidden=hidden,
+                      reward_value=forms.read_amount(entered["amount"]),
                       notice=notice)
 
 
@@ -185,7 +201,7 @@ def bulk_upload(ctx):
     filename, content = ctx.form.files.get("file", ("", b""))
     options = {"products": ctx.form.getlist("products", max_length=20)[:100],
                "campaign": ctx.form.get("campaign", max_length=20), "message": ctx.form.get("message", max_length=5000),
-               "method": ctx.form.get("method", "EMAIL", max_length=10).upper()}
+               "method": ctx.form.get("method", "EMAIL", max_length=10).upper(), "currency": _currency(ctx)}
     problem = _file_problem(content)
     if problem:
         with db.read(ctx.engine) as conn:
@@ -226,7 +242,8 @@ def _prepare(ctx, upload_id: str):
     options = upload.options or {}
     sheet = bulk.read_csv(upload.content.encode("utf-8"), fields)
     bulk.build_rewards(sheet, fields, products=options.get("products") or [], campaign_id=options.get("campaign"),
-                       message=options.get("message") or None, method=options.get("method") or "EMAIL")
+                       message=options.get("message") or None, method=options.get("method") or "EMAIL",
+                       currency=options.get("currency") or ctx.viewer.currency_code)
     good = [r for r in sheet.rows if r.reward is not None]
     preview = None
     if good and not sheet.problems:
