@@ -196,3 +196,53 @@ def test_an_entry_of_a_kind_largesse_never_writes(org, engine):
     finally:
         _sql(engine, "UPDATE ledger_entries SET kind = 'sandbox_credit' WHERE id = :id", id=entry)
     assert _findings(engine, org) == []
+
+
+def test_a_charge_on_an_unconverted_reward_is_reported_and_not_trusted_for_its_refund(org, http, engine, deliver):
+    """charged_cents is a converted reward's charge; on any other it would make a cancel
+    refund that amount. verify reports it, and judges the refund by value + fee."""
+    order_id, reward_id = _cancel(org, http, deliver)
+    _sql(engine, "UPDATE rewards SET charged_cents = 100000 WHERE id = :r", r=reward_id)
+    try:
+        assert _what(_findings(engine, org)) == {("reward charge", reward_id)}
+    finally:
+        _sql(engine, "UPDATE rewards SET charged_cents = NULL WHERE id = :r", r=reward_id)
+    assert _findings(engine, org) == []
+
+
+def test_currencies_and_organizations_that_do_not_tie_up(org, other_org, http, engine):
+    """An order is paid from a balance of its organization in that balance's currency, and its
+    rewards are its organization's, in its currency."""
+    order = place(http, org.member_email, denomination=10)
+    reward_id = order["rewards"][0]["id"]
+    _sql(engine, "UPDATE rewards SET currency_code = 'EUR' WHERE id = :r", r=reward_id)
+    try:
+        assert _what(_findings(engine, org)) == {("links", reward_id)}
+    finally:
+        _sql(engine, "UPDATE rewards SET currency_code = 'USD' WHERE id = :r", r=reward_id)
+    _sql(engine, "UPDATE orders SET currency_code = 'GBP' WHERE id = :o", o=order["id"])
+    try:  # the order against its balance, and its reward against it
+        assert _what(_findings(engine, org)) == {("links", order["id"]), ("links", reward_id)}
+    finally:
+        _sql(engine, "UPDATE orders SET currency_code = 'USD' WHERE id = :o", o=order["id"])
+    _sql(engine, "UPDATE rewards SET organization_id = :other WHERE id = :r", other=other_org.id, r=reward_id)
+    try:
+        with db.read(engine) as conn:
+            found = [p for p in verify(conn) if p.id == reward_id]
+        assert [(p.what, p.organization_id) for p in found] == [("links", other_org.id)], found
+        assert f"of order {order['id']} of organization {org.id}" in found[0].detail
+    finally:
+        _sql(engine, "UPDATE rewards SET organization_id = :o WHERE id = :r", o=org.id, r=reward_id)
+    assert _findings(engine, org) == []
+
+
+def test_a_converted_total_that_is_not_its_subtotal_plus_fees(org, http, engine):
+    from tests.money.test_currencies import _eur_body
+
+    order = ok(http.post("/orders", json=_eur_body(org.member_email, denomination=30)))["order"]
+    _sql(engine, "UPDATE orders SET fx_total_cents = fx_total_cents + 1 WHERE id = :o", o=order["id"])
+    try:
+        assert _what(_findings(engine, org)) == {("conversion", order["id"])}
+    finally:
+        _sql(engine, "UPDATE orders SET fx_total_cents = fx_total_cents - 1 WHERE id = :o", o=order["id"])
+    assert _findings(engine, org) == []

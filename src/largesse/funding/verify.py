@@ -12,7 +12,8 @@ What must hold, and the `what` of the finding when it does not:
   subtotal and fees and total = subtotal + fees - discount (`order subtotal`, `order fees`,
   `order total`, `order without rewards`); refund_cents equals the refunds credited for its
   rewards (`order refund`);
-- top-ups, invoices and converted orders: funding/verify_credits.py;
+- top-ups, invoices, converted orders, and the organizations and currencies that tie orders,
+  rewards and credits to their balances: funding/verify_credits.py;
 - rewards (orders/lifecycle.py: ACTIVE, then once REDEEMED, CANCELED or EXPIRED): a
   CANCELED or EXPIRED reward has exactly one refund of its value plus fee, credited to the
   balance that paid its order (`refund missing`, `refund count`, `refund amount`, `refund
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, and_, exists, func, literal, or_, select
+from sqlalchemy import Connection, and_, case, exists, func, literal, or_, select
 
 from largesse.funding.models import funding_sources as fs
 from largesse.funding.models import ledger_entries as le
@@ -75,7 +76,8 @@ def verify(conn: Connection) -> list[Problem]:
         problems.extend(check(conn))
     from largesse.funding import verify_credits  # top-ups, invoices, converted orders
 
-    for check in (verify_credits.topup_credits, verify_credits.invoice_credits, verify_credits.conversions):
+    for check in (verify_credits.topup_credits, verify_credits.invoice_credits, verify_credits.conversions,
+                  verify_credits.links):
         problems.extend(check(conn, Problem))
     return problems
 
@@ -222,7 +224,10 @@ def _reward_refunds(conn):
                       func.max(le.c.funding_source_id).label("source_max"),
                       func.min(le.c.order_id).label("order_min"), func.max(le.c.order_id).label("order_max"))
                .where(le.c.kind == REFUND, le.c.reward_id.is_not(None)).group_by(le.c.reward_id).subquery())
-    owed = func.coalesce(r.c.charged_cents, r.c.denomination_cents + r.c.fee_cents)  # converted: what was charged
+    # converted: what was charged; otherwise value + fee, whatever charged_cents says (verify_credits
+    # reports a charge on an unconverted order, and a refund of it is then the wrong amount here)
+    owed = case((o.c.fx_currency_code.is_not(None), r.c.charged_cents),
+                else_=r.c.denomination_cents + r.c.fee_cents)
     wrong_source = or_(refunds.c.source_min != o.c.funding_source_id, refunds.c.source_max != o.c.funding_source_id,
                        refunds.c.order_min != r.c.order_id, refunds.c.order_max != r.c.order_id,
                        refunds.c.order_min.is_(None))

@@ -7,8 +7,14 @@
 - invoices: the same between PAID invoices and `invoice_payment` entries (`invoice credit
   missing`, `invoice credit`, `credit of unpaid invoice`, `invoice entry without invoice`);
 - converted orders: each reward's charged_cents is its denomination + fee converted at the
-  order's recorded rate (forex.service.convert_cents), their sum is the order's total, and the
-  rewards add up to the order's amounts in their currency (`conversion`).
+  order's recorded rate (forex.service.convert_cents), their sum is the order's total, the
+  rewards add up to the order's amounts in their currency, and those amounts add up to the
+  converted total (`conversion`); an unconverted order's rewards carry no charge of their own
+  (`reward charge`: a refund gives back value + fee);
+- what ties the records together (`links`): an order is paid from a balance of its own
+  organization in that balance's currency; its rewards belong to its organization and are in
+  its currency (or, converted, in the currency it was converted from); a top-up or a paid
+  invoice is credited to a balance of its organization in its currency.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from decimal import Decimal
 from sqlalchemy import and_, func, or_, select
 
 from largesse.forex.service import convert_cents
+from largesse.funding.models import funding_sources as fs
 from largesse.funding.models import ledger_entries as le
 from largesse.invoices.models import invoices
 from largesse.orders.models import orders as o
@@ -77,7 +84,8 @@ def conversions(conn, Problem):  # noqa: N803
     converted orders are read."""
     rows = conn.execute(
         select(o.c.id, o.c.organization_id, o.c.currency_code, o.c.total_cents, o.c.fx_rate, o.c.fx_subtotal_cents,
-               o.c.fx_fees_cents, r.c.id.label("reward_id"), r.c.denomination_cents, r.c.fee_cents, r.c.charged_cents)
+               o.c.fx_fees_cents, o.c.fx_total_cents, r.c.id.label("reward_id"), r.c.denomination_cents,
+               r.c.fee_cents, r.c.charged_cents)
         .join(r, r.c.order_id == o.c.id).where(o.c.fx_currency_code.is_not(None)).order_by(o.c.id)
     ).all()
     problems, sums = [], {}
@@ -91,8 +99,56 @@ def conversions(conn, Problem):  # noqa: N803
         s[2] += x.denomination_cents
         s[3] += x.fee_cents
     for order_id, (x, charged, denoms, fees) in sums.items():
-        if charged != x.total_cents or denoms != x.fx_subtotal_cents or fees != x.fx_fees_cents:
+        if charged != x.total_cents or denoms != x.fx_subtotal_cents or fees != x.fx_fees_cents \
+                or x.fx_total_cents != denoms + fees:
             problems.append(Problem("conversion", order_id, int(x.total_cents), charged,
                                     f"the rewards' charges, values ({denoms}) and fees ({fees}) do not add up to the "
                                     f"order's total and its amounts in its rewards' currency", x.organization_id))
+    charged = conn.execute(
+        select(r.c.id, r.c.organization_id, r.c.order_id, r.c.denomination_cents, r.c.fee_cents, r.c.charged_cents)
+        .join(o, o.c.id == r.c.order_id)
+        .where(o.c.fx_currency_code.is_(None), r.c.charged_cents.is_not(None),
+               r.c.charged_cents != r.c.denomination_cents + r.c.fee_cents)
+    ).all()
+    problems += [Problem("reward charge", x.id, int(x.denomination_cents + x.fee_cents), int(x.charged_cents),
+                         f"reward of unconverted order {x.order_id} charged other than its value + fee",
+                         x.organization_id) for x in charged]
+    return problems
+
+
+def links(conn, Problem):  # noqa: N803
+    """Organizations and currencies agree along order -> balance, reward -> order, and
+    top-up / paid invoice -> balance (one query each, violating rows only)."""
+    problems = []
+    for x in conn.execute(
+        select(o.c.id, o.c.organization_id, o.c.currency_code, fs.c.id.label("source"),
+               fs.c.organization_id.label("owner"), fs.c.currency_code.label("source_currency"))
+        .join(fs, fs.c.id == o.c.funding_source_id)
+        .where(or_(o.c.organization_id != fs.c.organization_id, o.c.currency_code != fs.c.currency_code))
+    ).all():
+        problems.append(Problem("links", x.id, 0, 1, f"order of organization {x.organization_id} in "
+                                f"{x.currency_code} paid from balance {x.source} of organization {x.owner} in "
+                                f"{x.source_currency}", x.organization_id))
+    expected_currency = func.coalesce(o.c.fx_currency_code, o.c.currency_code)
+    for x in conn.execute(
+        select(r.c.id, r.c.organization_id, r.c.currency_code, o.c.id.label("order_id"),
+               o.c.organization_id.label("order_org"), expected_currency.label("expected"))
+        .join(o, o.c.id == r.c.order_id)
+        .where(or_(r.c.organization_id != o.c.organization_id, r.c.currency_code != expected_currency))
+    ).all():
+        problems.append(Problem("links", x.id, 0, 1, f"reward of organization {x.organization_id} in "
+                                f"{x.currency_code}, of order {x.order_id} of organization {x.order_org} in "
+                                f"{x.expected}", x.organization_id))
+    for table, noun, done in ((topups, "top-up", topups.c.status == "fully_credited"),
+                              (invoices, "invoice", invoices.c.status == "PAID")):
+        for x in conn.execute(
+            select(table.c.id, table.c.organization_id, table.c.currency_code, fs.c.id.label("source"),
+                   fs.c.organization_id.label("owner"), fs.c.currency_code.label("source_currency"))
+            .join(fs, fs.c.id == table.c.funding_source_id)
+            .where(done, or_(table.c.organization_id != fs.c.organization_id,
+                             table.c.currency_code != fs.c.currency_code))
+        ).all():
+            problems.append(Problem("links", x.id, 0, 1, f"{noun} of organization {x.organization_id} in "
+                                    f"{x.currency_code} credited to balance {x.source} of organization {x.owner} "
+                                    f"in {x.source_currency}", x.organization_id))
     return problems
