@@ -343,7 +343,7 @@ def timestamp_param(request: Request, name: str):
     return value
 
 
-_BARE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_BARE_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 def clean_text(value: str, name: str, *, max_length: int = 1000) -> str:

@@ -64,6 +64,10 @@ def test_put_is_partial_for_styles(http):
     {"webpage_style": {"background_color": "red"}},
     {"email_style": {"button_color": "#12345"}},
     {"webpage_style": {"logo_background_color": "#GGGGGG"}},
+    # a final newline: a pattern's $ matches before it, and the page and the email then failed
+    {"webpage_style": {"background_color": "#FFF\n"}},
+    {"webpage_style": {"logo_background_color": "#abc\n"}},
+    {"email_style": {"button_color": "#000\n"}},
 ])
 def test_invalid_colour_is_422(http, style):
     errors = error(http.post("/campaigns", json={"name": "C", "products": [GIFT_CARD_USD], **style}), 422)
@@ -279,3 +283,23 @@ def test_update_keeps_the_recipient_rule_for_the_campaign_as_saved(http, cli, tm
     # Other keys of a RECIPIENT campaign change as before.
     recipient = make_campaign(http, fee_charged_to="RECIPIENT")
     assert ok(http.put(f"/campaigns/{recipient['id']}", json={"name": "n"}))["campaign"]["name"] == "n"
+
+
+def test_a_colour_stored_before_the_check_was_exact_falls_back_on_the_page(org, engine):
+    """A campaign stored with "#FFF\\n" (accepted before the colour check refused a final
+    newline) shows its links with the default colours instead of failing them."""
+    from sqlalchemy import update
+
+    from largesse import db
+    from largesse.campaigns.models import campaigns
+    from tests.redemption.conftest import GIFT_CARD, link_reward, page_client
+
+    with org.http() as http:
+        campaign = make_campaign(http, products=(GIFT_CARD,), webpage_style={"background_color": "#ffcc00"})
+    with db.write(engine) as conn:
+        conn.execute(update(campaigns).where(campaigns.c.id == campaign["id"]).values(
+            webpage_style={"background_color": "#FFF\n", "logo_background_color": "#abc\n"}))
+    _, link = link_reward(org, products=None, campaign_id=campaign["id"])
+    with page_client() as client:
+        page = client.get(link)
+    assert page.status_code == 200 and "#FFF" not in page.text

@@ -105,3 +105,28 @@ def test_search_rewards_by_a_non_ascii_label(org, http):
 def test_invalid_field_is_422(http, body):
     error(http.post("/fields", json=body), 422)
     assert ok(http.get("/fields"))["fields"] == []
+
+
+@pytest.mark.parametrize(("data_type", "good", "bad"), [
+    ("Number", ["12", "-3.50"], ["12\n", "\u0661\u0662", "\uff11\uff12", "1e3", " 12 ", "NaN"]),
+    ("Currency", ["0.99"], ["5\n"]),
+    ("Email", ["a@b.co"], ["a@b.co\n", "a b@c.co"]),
+    ("Date", ["2026-01-05"], ["20260105", "2026-W02-1", "2026-1-5", "2026-01-05\n", "\u0662\u0660\u0662\u0666-01-05"]),
+])
+def test_a_value_is_checked_by_its_fields_type_exactly(org, http, data_type, good, bad):
+    """ASCII digits only, no final newline (a regex's $ matches before one), a date only as
+    YYYY-MM-DD: what is stored is what a search for it finds."""
+    field = ok(http.post("/fields", json={"display_name": f"{data_type} {unique()}", "data_type": data_type}))["field"]
+    before = ok(http.get("/orders"))["total_count"]
+    for value in bad:
+        body = error(http.post("/orders", json={
+            "payment": {"funding_source_id": "BALANCE"},
+            "reward": {"value": {"denomination": 5}, "products": ["PCSBANKACH01US"], "delivery": {"method": "EMAIL"},
+                       "recipient": {"name": "R", "email": org.member_email},
+                       "custom_fields": [{"id": field["id"], "value": value}]}}), 400)
+        assert list(body["payload"]["reward"]["custom_fields"]["0"]) == ["value"], (value, body)
+    assert ok(http.get("/orders"))["total_count"] == before
+    for value in good:
+        reward = place(http, org.member_email, custom_fields=[{"id": field["id"], "value": value}])["rewards"][0]
+        found = ok(http.get("/rewards", params={field["label"]: value}))["rewards"]
+        assert [r["id"] for r in found] == [reward["id"]], value

@@ -14,7 +14,7 @@ from largesse.web import EngineDep, clean_text, json_response, read_db, write_db
 
 router = APIRouter(tags=["campaigns"])
 
-COLOR = re.compile(r"^#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})$")
+COLOR = re.compile(r"^#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})\Z")
 
 
 def _color(value: str | None) -> str | None:

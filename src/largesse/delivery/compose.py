@@ -50,7 +50,7 @@ _env = Environment(
 )
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_][A-Za-z0-9_ ]*?)\s*\}\}")
-CSS_COLOR = re.compile(r"^(#[0-9A-Fa-f]{3,8}|[A-Za-z]{3,20})$")
+CSS_COLOR = re.compile(r"^(#[0-9A-Fa-f]{3,8}|[A-Za-z]{3,20})\Z")
 SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
 DEFAULT_BUTTON = "#2563eb"
 DEFAULT_LOGO_BACKGROUND = "#ffffff"

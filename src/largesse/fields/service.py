@@ -17,8 +17,9 @@ from largesse.timeutil import utcnow
 DATA_TYPES = ("Checkbox", "Currency", "Date", "Dropdown", "Email", "List", "Number", "Phone", "Text", "TextArea")
 LABEL_MAX = fields.c.label.type.length
 MARKS = ("Mn", "Mc")  # combining and spacing marks: the vowel signs of Devanagari, Thai...
-EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+\Z")
+DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?\Z")
 
 
 _FOR_ORG = select(fields).where(fields.c.organization_id == bindparam("org")).order_by(fields.c.created_at, fields.c.id)
@@ -112,7 +113,9 @@ def check_value(field, value: str) -> str | None:
         if not NUMBER.match(value):
             return "must be a number"
     elif kind == "Date":
-        try:
+        try:  # fromisoformat alone also takes 20260105 and 2026-W02-1
+            if not DATE.fullmatch(value):
+                raise ValueError(value)
             date.fromisoformat(value)
         except ValueError:
             return "must be a date (YYYY-MM-DD)"

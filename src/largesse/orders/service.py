@@ -50,8 +50,8 @@ from largesse.webhooks import service as webhooks
 from largesse.webhooks.models import webhooks as _webhooks
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-EMAIL = re.compile(r"^[^@\s\"'<>(),;:\\]+@" + _LABEL + r"(?:\." + _LABEL + r")+$")
-PHONE = re.compile(r"^\+?[0-9][0-9 ().-]{5,30}$")
+EMAIL = re.compile(r"^[^@\s\"'<>(),;:\\]+@" + _LABEL + r"(?:\." + _LABEL + r")+\Z")
+PHONE = re.compile(r"^\+?[0-9][0-9 ().-]{5,30}\Z")
 MAX_DELIVER_AHEAD = timedelta(days=365)
 
 

@@ -279,8 +279,8 @@ def remove_member(engine: Engine, *, organization_id: str, member_id: str) -> No
 
 # A website as an organization gives it: http(s) URL or a bare host name, optionally a path
 # (POST /organizations' `website`, a connected organization's `kyb_prefill.website_url`).
-_WEBSITE = re.compile(r"^(https?://)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*(:\d{1,5})?"
-                      r"(/[^\s<>\"'\\]*)?$")
+_WEBSITE = re.compile(r"^(https?://)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*(:[0-9]{1,5})?"
+                      r"(/[^\s<>\"'\\]*)?\Z")
 
 
 def valid_website(website: str) -> bool:

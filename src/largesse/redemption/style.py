@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-HEX_COLOR = re.compile(r"^#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})$")
+HEX_COLOR = re.compile(r"^#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})\Z")
 DARK_TEXT = "#14171f"
 LIGHT_TEXT = "#ffffff"
 

@@ -44,7 +44,7 @@ DELIVERY_METHODS = ("phone", "email", "link", "mail", "direct")
 ORDER_STATUSES = {"executed": "EXECUTED", "canceled": "CANCELED", "failed": "FAILED",
                   "pending_approval": "PENDING APPROVAL"}
 REWARD_STATUSES = ("delivered", "canceled", "delivery_failed", "pending_review")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _ID = re.compile(r"[A-Z0-9]{4,64}")
 
 

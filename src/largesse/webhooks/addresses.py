@@ -42,9 +42,9 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # RFC 6761: localhost and every name under it are loopback, whatever DNS says.
 LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
-_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
+_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\Z")
 _PATH_SAFE = "".join(chr(c) for c in range(33, 127))
-_IPV4_PART = re.compile(r"^(0[xX][0-9a-fA-F]*|[0-9]+)$")
+_IPV4_PART = re.compile(r"^(0[xX][0-9a-fA-F]*|[0-9]+)\Z")
 
 # IPv6 prefixes that carry an IPv4 address, and where it sits.
 _MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
