@@ -324,3 +324,16 @@ def test_read_only_key_reads_reports_but_cannot_create_one(org, api, engine):
     assert reader.get_report(report_id).report.id == report_id
     with pytest.raises(ForbiddenException):
         reader.create_report(request())
+
+
+def test_a_field_labelled_as_a_built_in_column_gets_a_column_name_of_its_own(org, api, http, work):
+    amount = make_field(http, data_type="Text", options=None, name="Amount")
+    ok(http.post("/orders", json=order_body(org.member_email, denomination=9, custom_fields=[
+        {"id": amount["id"], "value": "nine"}])))
+    report_id = api.create_report(request()).report.id
+    work()
+    _, rows = download(status_of(api, report_id)[1].url)
+    header = rows[0]
+    assert header == [*COLUMNS, "custom_field:Amount"] and len(set(header)) == len(header)
+    row = dict(zip(header, rows[1], strict=True))
+    assert (row["amount"], row["custom_field:Amount"]) == ("9.00", "nine")

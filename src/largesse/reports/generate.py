@@ -125,8 +125,15 @@ def _line(row, labels: list[str], values: dict[str, str]) -> list[str]:
             *(_text(values.get(label)) for label in labels)]
 
 
+_BUILT_IN = {c.lower() for c in COLUMNS}
+
+
 def _header(labels: list[str]) -> list[str]:
-    return [*COLUMNS, *(_text(label) for label in labels)]
+    """A custom field whose label is a built-in column's name ("amount") is headed
+    "custom_field:amount": a reader that loads rows by column name keeps both (a label holds
+    no colon)."""
+    return [*COLUMNS, *(_text(f"custom_field:{label}" if label.lower() in _BUILT_IN else label)
+                        for label in labels)]
 
 
 def start_state(engine, org: str, generation: str) -> dict:
