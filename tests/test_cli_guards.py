@@ -76,6 +76,34 @@ def test_commands_refuse_a_sqlite_database_that_does_not_exist(tmp_path, command
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [*READING_COMMANDS[:3], ("db", "upgrade"), ("serve", "--port", "1")],
+                         ids=" ".join)
+def test_a_file_that_is_not_a_sqlite_database_is_one_line(tmp_path, command):
+    """A wrong file restored in the database's place: one line naming it, not a traceback."""
+    wrong = tmp_path / "restored.sqlite3"
+    wrong.write_text("this is not a database\n")
+    env = {"LARGESSE_DATABASE_URL": f"sqlite:///{wrong}"}
+    if command[0] == "serve":
+        env["LARGESSE_RUN_WORKER"] = "0"
+        command = ("serve", "--port", str(free_port()))
+    line = _one_line_error(_run(tmp_path, *command, env=env))
+    assert str(wrong) in line and "file is not a database" in line
+    assert wrong.read_text() == "this is not a database\n"
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_starts_nothing(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run(tmp_path, "serve", "--port", str(port))
+    line = _one_line_error(result)
+    assert f"port {port} on 127.0.0.1 is already in use" in line
+    assert "delivery" not in result.stdout + result.stderr and list(tmp_path.iterdir()) == []
+
+
 def test_db_upgrade_creates_a_new_database_and_says_so(tmp_path):
     created = _run(tmp_path, "db", "upgrade")
     assert created.returncode == 0, created.stderr
@@ -146,6 +174,7 @@ def test_whole_number_options_have_ranges(org, engine, cli):
         (("invoices", "list", "--limit", "0"), "--limit"),
         (("topups", "list", "--limit", "1001"), "--limit"),
         (("webhooks", "deliveries", "--org", org.id, "--limit", "99999999999999999999"), "--limit"),
+        (("webhooks", "deliveries", "--org", org.id, "--limit", "0"), "--limit"),
         (("org", "settings", "--org", org.id, "--reward-expiry-days", "99999999999999999999"),
          "--reward-expiry-days"),
     ]:
@@ -299,3 +328,13 @@ def test_serve_links_name_its_own_port_without_a_public_url(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_login_link_says_which_address_it_names_when_public_url_is_unset(cli, org):
+    env = {k: v for k, v in os.environ.items() if k != "LARGESSE_PUBLIC_URL"}
+    bare = cli("members", "login-link", "--org", org.id, "--email", org.member_email, env=env)
+    assert bare.stdout.startswith("http://127.0.0.1:8000/dashboard/signin/link?token=")
+    assert "LARGESSE_PUBLIC_URL is unset, so the link names http://127.0.0.1:8000" in bare.stderr
+    named = cli("members", "login-link", "--org", org.id, "--email", org.member_email,
+                env={"LARGESSE_PUBLIC_URL": "http://127.0.0.1:9000"})
+    assert named.stdout.startswith("http://127.0.0.1:9000/dashboard/signin/link?token=") and named.stderr == ""

@@ -51,8 +51,9 @@ def serve(
     port: Annotated[int, typer.Option(help="Port", min=1, max=65535)] = 8000,
     workers: Annotated[int, typer.Option(help="API processes sharing one database", min=1, max=256)] = 1,
 ):
-    """Migrate the database, then serve the API, the redemption pages and the docs; and, unless
-    LARGESSE_RUN_WORKER=0, deliver: delivery runs in supervised child processes (delivery/supervisor.py)."""
+    """Migrate the database, then serve the API, the dashboard, the redemption pages and the docs.
+
+    Unless LARGESSE_RUN_WORKER=0, it also delivers, in supervised child processes."""
     import os
     import tempfile
 
@@ -65,6 +66,7 @@ def serve(
         # delivery children inherit it); behind a proxy or on another name, set it.
         os.environ["LARGESSE_PUBLIC_URL"] = default_public_url(host, port)
     settings = load_settings()
+    _refuse_a_busy_address(host, port)
     open_engine(settings, create=True).dispose()
     # Several processes (API workers, delivery children): metrics go through files in
     # PROMETHEUS_MULTIPROC_DIR (docs/operations.md), set before prometheus_client is imported.
@@ -114,6 +116,25 @@ def serve(
             supervisor.stop()
         if own_metrics_dir and metrics_dir:
             metrics.cleanup(metrics_dir)
+
+
+def _refuse_a_busy_address(host: str, port: int) -> None:
+    """One line and exit 1 when the address cannot be bound (in use, not this machine's), before
+    anything starts: uvicorn would start delivery and the app first, then log the bind error."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except socket.gaierror as exc:
+        fail(f"cannot serve on {host}: {exc.strerror}")
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            fail(f"port {port} on {host} is already in use (another server?); choose another with --port")
+        fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
 
 
 def default_public_url(host: str, port: int) -> str:

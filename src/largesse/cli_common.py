@@ -97,11 +97,22 @@ def open_engine(settings: Settings | None = None, *, prepare: bool = True, creat
         engine = db.make_engine(settings.database_url)
         if prepare:
             prepare_db(engine)
-    except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+    except sa_exc.DBAPIError as exc:
+        if not unusable(exc):
+            raise
         database_unavailable(exc, settings)
     except OSError as exc:  # the SQLite file's folder cannot be created
         fail(f"cannot create the database {shown_url(settings.database_url)}: {exc.strerror or exc}")
     return engine
+
+
+def unusable(exc: BaseException) -> bool:
+    """A database that cannot be used, as opposed to a statement's own error: unreachable,
+    stopped, locked, or a file that is not a SQLite database (a wrong file restored)."""
+    import sqlite3
+
+    return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)) or (
+        type(exc) is sa_exc.DatabaseError and type(getattr(exc, "orig", None)) is sqlite3.DatabaseError)
 
 
 def database_unavailable(exc: BaseException, settings: Settings | None = None):
@@ -176,7 +187,9 @@ class LargesseGroup(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+        except sa_exc.DBAPIError as exc:
+            if not unusable(exc):
+                raise
             database_unavailable(exc)
 
 

@@ -29,5 +29,11 @@ def register(members_app: typer.Typer) -> None:
                 fail(f"no active member {email} in organization {org} (add one with `largesse members add`)")
             token = signin.issue_token(conn, member_id=member.id, organization_id=org)
         link = signin.signin_link(settings.public_url, token)
+        import os
+
+        if not os.environ.get("LARGESSE_PUBLIC_URL"):
+            typer.echo(f"note: LARGESSE_PUBLIC_URL is unset, so the link names {settings.public_url}; if the "
+                       "server listens elsewhere (make run PORT=..., serve --port), set LARGESSE_PUBLIC_URL to "
+                       "its address and ask again", err=True)
         emit({"link": link, "expires_in_minutes": signin.SIGNIN_MINUTES}, as_json,
              f"{link}\n(works once, for {signin.SIGNIN_MINUTES} minutes)")

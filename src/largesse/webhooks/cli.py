@@ -30,7 +30,8 @@ def rotate_keys(as_json: JsonFlag = False):
 
 
 @webhooks_app.command("deliveries")
-def deliveries_list(org: OrgOption, limit: Annotated[int, typer.Option(help="Attempts to show")] = 20,
+def deliveries_list(org: OrgOption,
+                    limit: Annotated[int, typer.Option(help="Attempts to show", min=1, max=500)] = 20,
                     failed_only: Annotated[bool, typer.Option("--failed", help="Failed attempts only")] = False,
                     as_json: JsonFlag = False):
     """The latest delivery attempts of the organization's webhook (newest first)."""
@@ -42,7 +43,7 @@ def deliveries_list(org: OrgOption, limit: Annotated[int, typer.Option(help="Att
         hook = service.for_org(conn, org)
         if hook is None:
             fail(f"organization {org} has no webhook")
-        rows, total = deliveries.page(conn, hook.id, limit=max(1, min(limit, 500)), offset=0,
+        rows, total = deliveries.page(conn, hook.id, limit=limit, offset=0,
                                       status=deliveries.FAILED if failed_only else None)
     wire = [deliveries.to_wire(r) for r in rows]
     lines = [f"{d['started_at']}  {d['status']:<9} {d['event']:<28} attempt {d['attempt']:<2} "
