@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENVIRONMENTS = ("sandbox", "production")
-TIMESTAMP_FORMATS = ("spec", "iso8601")
+TIMESTAMP_FORMATS = ("auto", "spec", "iso8601")
 
 
 def _default_database_url() -> str:
@@ -26,7 +26,7 @@ class Settings:
     public_url: str = "http://127.0.0.1:8000"
     # "spec": GET /rewards shows created_at as "YYYY-MM-DD HH:MM:SS UTC" (the interface
     # specification); "iso8601": as everywhere else (what the tremendous-python client parses).
-    reward_list_timestamps: str = "spec"
+    reward_list_timestamps: str = "auto"
     smtp_url: str | None = None
     mail_dir: str = "var/mail"
     mail_from: str = "rewards@largesse.localhost"
@@ -129,7 +129,7 @@ class Settings:
         environment = get("ENVIRONMENT", "sandbox").lower()
         if environment not in ENVIRONMENTS:
             raise ValueError(f"LARGESSE_ENVIRONMENT must be one of {ENVIRONMENTS}, not {environment!r}")
-        timestamps = get("REWARD_LIST_TIMESTAMPS", "spec").lower()
+        timestamps = get("REWARD_LIST_TIMESTAMPS", "auto").lower()
         if timestamps not in TIMESTAMP_FORMATS:
             raise ValueError(f"LARGESSE_REWARD_LIST_TIMESTAMPS must be one of {TIMESTAMP_FORMATS}")
         expiry = get("REWARD_EXPIRY_DAYS")

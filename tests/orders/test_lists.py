@@ -151,11 +151,30 @@ SPEC = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
-def test_spec_form_is_the_default_setting():
+def test_auto_is_the_default_setting():
     from largesse.config import Settings
 
-    assert Settings.from_env({}).reward_list_timestamps == "spec"
-    assert Settings.from_env({"LARGESSE_REWARD_LIST_TIMESTAMPS": "iso8601"}).reward_list_timestamps == "iso8601"
+    assert Settings.from_env({}).reward_list_timestamps == "auto"
+    for value in ("spec", "iso8601", "auto"):
+        assert Settings.from_env({"LARGESSE_REWARD_LIST_TIMESTAMPS": value}).reward_list_timestamps == value
+
+
+def test_auto_gives_the_spec_form_and_iso_8601_to_the_official_client(org, make_server):
+    """The default: GET /rewards shows the specification's form, except to the official Python
+    client (and other clients generated from the OpenAPI document), which cannot parse it and
+    gets ISO 8601, so that list_rewards deserializes."""
+    server = make_server(reward_list_timestamps="auto")
+    moved = replace(org, base_url=server.url)
+    with moved.http() as http:
+        order = place(http, org.member_email)
+        assert SPEC.match(ok(http.get("/rewards"))["rewards"][0]["created_at"])
+        generated = ok(http.get("/rewards", headers={"User-Agent": "OpenAPI-Generator/1.0.0/python"}))
+        assert ISO.match(generated["rewards"][0]["created_at"])
+    api = moved.api()
+    assert api.api_client.user_agent.startswith("Tremendous Python v")
+    listed = api.list_rewards().rewards
+    assert listed[0].id == order["rewards"][0]["id"]
+    assert listed[0].created_at.isoformat(timespec="milliseconds")[:23] == order["rewards"][0]["created_at"][:23]
 
 
 def test_reward_list_timestamps_spec_form(org, make_server):

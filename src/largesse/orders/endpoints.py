@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi import APIRouter, Request
 
 from largesse import auth, db
@@ -131,7 +133,7 @@ async def list_rewards(request: Request):
         problem = None
     except BadRequest as exc:
         problem = exc
-    created_format = "spec" if settings.reward_list_timestamps == "spec" else "iso8601"
+    created_format = _list_timestamps(settings.reward_list_timestamps, request.headers.get("user-agent", ""))
 
     def load():
         with db.read(engine) as conn:
@@ -145,6 +147,19 @@ async def list_rewards(request: Request):
 
     wire, total = await run_db(engine, db.retrying, load)
     return json_response({"rewards": wire, "total_count": total})
+
+
+# The official Python client (and other clients generated from Tremendous' OpenAPI document)
+# parse date-times strictly and refuse the specification's "2024-01-01 12:00:00 UTC".
+_STRICT_DATE_CLIENTS = re.compile(r"(?i)^(tremendous python|openapi-generator/)")
+
+
+def _list_timestamps(setting: str, user_agent: str) -> str:
+    """GET /rewards' created_at form (LARGESSE_REWARD_LIST_TIMESTAMPS, docs/api.md): `auto`
+    gives the specification's form, and ISO 8601 to a client that cannot parse it."""
+    if setting == "auto":
+        return "iso8601" if _STRICT_DATE_CLIENTS.match(user_agent) else "spec"
+    return setting
 
 
 @router.get("/rewards/{reward_id}", response_model=RewardEnvelope)
