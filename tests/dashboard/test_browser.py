@@ -113,7 +113,9 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     check(page, "bulk")
     page.get_by_role("button", name="Upload and check").click()
     page.get_by_text("1 row cannot be sent").wait_for()
-    assert page.get_by_text("is not a valid email address").is_visible()
+    # Listed by line above the table (visible on a phone too), and on its row in the table.
+    assert page.get_by_text("Line 3 (Bob): Recipient email: is not a valid email address").is_visible()
+    assert page.get_by_role("cell", name=re.compile("is not a valid email address")).count() == 1
     assert page.get_by_role("button", name=re.compile("Place order")).count() == 0
     check(page, "bulk-preview-errors")
     page.get_by_role("link", name="Upload another file").click()
@@ -321,6 +323,52 @@ def test_fraud_review_on_a_small_phone(browser, engine, server, org):
         page.get_by_text(f"Reward {reward_id} released").wait_for()
         assert dialogs and dialogs[0].startswith(f"Release reward {reward_id}?"), dialogs
         strict("review-released")
+        assert problems == [], problems
+    finally:
+        context.close()
+
+
+def test_csv_problems_are_readable_on_a_small_phone(browser, engine, server, org):
+    """At 375 px the preview's table scrolls sideways inside its box, its "Check" column out of
+    sight: each row's reasons are also listed by line above it, within the screen."""
+    from largesse import db
+    from largesse.dashboard import signin
+    from tests.dashboard.conftest import member_id
+
+    context = browser.new_context(viewport={"width": 375, "height": 812},
+                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
+    context.add_init_script(path=str(AXE))
+    page = context.new_page()
+    problems = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.viewport_name = "phone-375"
+    base = server.url
+    try:
+        with db.write(engine) as conn:
+            token = signin.issue_token(conn, member_id=member_id(engine, org.id, org.member_email),
+                                       organization_id=org.id)
+        page.goto(signin.signin_link(base, token))
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{base}/dashboard")
+        page.goto(f"{base}/dashboard/send/bulk")
+        email = org.member_email
+        content = (f"name,email,amount\nAda Lovelace-Byron,{email},20\nBob Bobbington,{email},lots\n"
+                   f"Cy Cyrillic,{email},7,5\n")
+        page.get_by_label("CSV file").set_input_files(
+            files=[{"name": "people.csv", "mimeType": "text/csv", "buffer": content.encode()}])
+        page.get_by_label("Northwind Books").check()
+        page.get_by_role("button", name="Upload and check").click()
+        page.wait_for_url(re.compile(r"/dashboard/send/bulk/[A-Z0-9]+$"))
+        page.get_by_text(re.compile(r"rows? cannot be sent")).wait_for()
+        # Some element naming each reason lies wholly within the screen's width.
+        for reason in ("must be a number", "this row has 4 cells but the header has 3"):
+            seen = page.evaluate("""(reason) => [...document.querySelectorAll('main li, main td, main p')]
+                .filter(e => e.textContent.toLowerCase().includes(reason))
+                .some(e => { const r = e.getBoundingClientRect();
+                             return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth; })""", reason)
+            assert seen, f"{reason!r} is not visible within 375 px"
+        check(page, "bulk-preview-phone")
         assert problems == [], problems
     finally:
         context.close()

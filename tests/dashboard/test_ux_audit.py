@@ -23,7 +23,7 @@ def test_an_amount_with_a_decimal_comma_is_refused_not_multiplied(admin, http, o
     for typed, fix in (("7,5", "7.50"), ("25,50", "25.50"), ("1.000,50", "1000.50")):
         response = send(admin, org, typed)
         assert response.status_code == 400, typed
-        assert f"amount: use a dot for decimals: {fix}" in text_of(response.text)
+        assert f"Amount: use a dot for decimals: {fix}" in text_of(response.text)
         # What was typed stays in the box.
         assert re.search(r'id="amount" name="amount"[^>]* value="' + re.escape(typed) + '"', response.text)
     response = send(admin, org, "12,34")
@@ -43,7 +43,7 @@ def test_csv_amounts_follow_the_same_rule(admin, org):
     email = org.member_email
     content = f'name,email,amount\nAda,{email},"25,50"\nBob,{email},"1,000"\nCy,{email},7.5\n'
     text = text_of(admin.get(upload(admin, content, products=CHARITY_USD).headers["location"]).text)
-    assert "1 row cannot be sent" in text and "amount: use a dot for decimals: 25.50" in text
+    assert "1 row cannot be sent" in text and "Amount: use a dot for decimals: 25.50" in text
     fixed = f'name,email,amount\nAda,{email},25.50\nBob,{email},"1,000"\nCy,{email},7.5\n'
     text = text_of(admin.get(upload(admin, fixed, products=CHARITY_USD).headers["location"]).text)
     assert "Place order of 3 rewards" in text and "1,033.00 USD" in text

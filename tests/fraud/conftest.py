@@ -54,7 +54,8 @@ def refund_count(engine, reward_id: str) -> int:
 def events_for(engine, org_id: str, resource_id: str) -> list[str]:
     with db.read(engine) as conn:
         rows = conn.execute(select(jobs.c.payload).where(jobs.c.organization_id == org_id,
-                                                         jobs.c.kind == "deliver_webhook")).scalars().all()
+                                                         jobs.c.kind == "deliver_webhook")
+                            .order_by(jobs.c.id)).scalars().all()
     return [p["event"] for p in rows if p["payload"]["resource"]["id"] == resource_id]
 
 

@@ -174,11 +174,22 @@ def _message(member, subject: str, kind: str, settings: Settings) -> EmailMessag
     return msg
 
 
+def _which_org(member) -> str:
+    """The line that tells apart two organizations of the same name a person belongs to: its ID
+    and the member's role there."""
+    from largesse.orgs.roles import ROLES
+
+    role = ROLES.get(member.role)
+    title = role.title if role else str(member.role or "").title()
+    return f"Organization: {member.org_name} (ID {member.organization_id}); your role there: {title}.\n\n"
+
+
 def signin_message(member, link: str, settings: Settings) -> EmailMessage:
     msg = _message(member, f"Sign in to {member.org_name} on Largesse", "dashboard-signin", settings)
     msg.set_content(
         f"Hello{' ' + member.name if member.name else ''},\n\n"
         f"Open this link to sign in to the {member.org_name} dashboard:\n\n{link}\n\n"
+        f"{_which_org(member)}"
         f"The link works once, for {SIGNIN_MINUTES} minutes. If you did not ask to sign in, ignore this "
         "message: nobody can sign in without it.\n")
     return msg
@@ -194,6 +205,7 @@ def invitation_message(member, link: str, settings: Settings, invited_by: str) -
     msg.set_content(
         f"Hello{' ' + member.name if member.name else ''},\n\n"
         f"{who} added you to the {member.org_name} dashboard on Largesse{as_what}\n\n"
+        f"{_which_org(member)}"
         f"Open this link to sign in:\n\n{link}\n\n"
         f"The link works once, for {INVITE_DAYS} days. After that, or to sign in again later, ask for a new "
         f"link at {settings.public_url.rstrip('/')}/dashboard/signin with this address.\n")

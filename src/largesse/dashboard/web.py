@@ -59,9 +59,48 @@ def when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else ""
 
 
+# Catalog categories (and words in them) that are acronyms or brands: shown as they are written.
+CATEGORY_NAMES = {"ach": "ACH", "paypal": "PayPal", "visa_card": "Visa card", "merchant_card": "Merchant card",
+                  "charity": "Charity", "venmo": "Venmo", "cash_app": "Cash App"}
+
+
+def category_name(category: str | None) -> str:
+    """A catalog category for people: "ACH", "PayPal", "Merchant card" (never "Ach", "Paypal")."""
+    if not category:
+        return ""
+    return CATEGORY_NAMES.get(category.lower(), category.replace("_", " ").capitalize())
+
+
+def number(value: int | None) -> str:
+    """A count with its thousands grouped, as amounts are: "3,202"."""
+    return "" if value is None else f"{value:,}"
+
+
+def campaign_labels(rows) -> dict[str, str]:
+    """{campaign id: the text a dropdown shows}: the name, and where two campaigns share it,
+    what tells them apart (products, creation date, ID)."""
+    seen: dict[str, int] = {}
+    for row in rows:
+        key = " ".join((row.name or "").split()).casefold()
+        seen[key] = seen.get(key, 0) + 1
+    labels = {}
+    for row in rows:
+        if seen[" ".join((row.name or "").split()).casefold()] > 1:
+            count = len(row.products or [])
+            created = row.created_at.strftime("%Y-%m-%d") if row.created_at else ""
+            labels[row.id] = (f"{row.name} ({count} product{'s' if count != 1 else ''}, created {created}, "
+                              f"ID {row.id})")
+        else:
+            labels[row.id] = row.name
+    return labels
+
+
 TEMPLATES.filters["money"] = money
 TEMPLATES.filters["wire_money"] = wire_money
 TEMPLATES.filters["when"] = when
+TEMPLATES.filters["category_name"] = category_name
+TEMPLATES.filters["number"] = number
+TEMPLATES.globals["campaign_names"] = campaign_labels
 
 
 @dataclass

@@ -143,15 +143,20 @@ def _show(request: Request, token: str, status: int = 200, error: str | None = N
         return _message(410, "replaced")
     if page is None:
         return _message(404)
-    if page.status == "CANCELED":
-        return _message(410, "canceled", page=page)
-    if page.status == "EXPIRED":
-        return _message(410, "expired", page=page)
-    if page.status == "REDEEMED":
+    answer = service.link_answer(page.status)
+    if answer in service.GONE:
+        return _message(410, answer, page=page)
+    if answer == "payout":
         return _render("payout.html", 200, page.theme, page=page, payout=page.payout)
-    if page.status == "UNDER_REVIEW":
+    if answer == "under_review":
         return _message(200, "under_review", page=page)
     return _choose(request, page, status, error, selected)
+
+
+def _page_of(request: Request, token: str) -> service.Page | None:
+    """The link's reward as its page shows it (the sender's name and colours), or None."""
+    with db.read(_engine(request)) as conn:
+        return service.load_page(conn, token, _settings(request))
 
 
 def _get(request: Request, token: str) -> Response:
@@ -178,7 +183,7 @@ def _post(request: Request, token: str, body: bytes) -> Response:
     nonce = request.cookies.get(security.CSRF_COOKIE)
     if not _same_origin(request) or not security.csrf_ok(
             _csrf_key(request), tokens.hash_token(token), nonce, form.get(security.CSRF_FIELD)):
-        return _message(403)
+        return _message(403, page=_page_of(request, token))  # branded as the link's other pages
     product_id = form.get("product_id", "")[:40]
     device = request.cookies.get(DEVICE_COOKIE)
     client = fraud.Client(ip=request.client.host if request.client else None,
@@ -190,9 +195,9 @@ def _post(request: Request, token: str, body: bytes) -> Response:
         if exc.kind == "not_found":
             return _show(request, token)  # 404, or 410 for a link replaced by a newer one
         if exc.kind in ("canceled", "expired"):
-            return _message(410, exc.kind)
-        if exc.kind == "already_redeemed":
-            return _message(409, "already_redeemed", token=token)
+            return _message(410, exc.kind, page=_page_of(request, token))
+        if exc.kind == "already_redeemed":  # e.g. a second tab: the sender's page, with a way to the payout
+            return _message(409, "already_redeemed", page=_page_of(request, token), token=token)
         if exc.kind == "under_review":
             return _show(request, token)
         status = 400 if exc.kind == "invalid_choice" else 409

@@ -166,7 +166,7 @@ def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
             select(campaigns.c.webpage_style, campaigns.c.email_style)
             .where(campaigns.c.id == reward.campaign_id, campaigns.c.organization_id == reward.organization_id)
         ).first()
-    status = lifecycle.status(reward, at=utcnow())
+    status = current_status(conn, reward, at=utcnow())
     # The placeholders of the copy are filled as in the reward's email (delivery.compose).
     values = compose.placeholder_values(
         [f.label for f in fields_service.list_for(conn, reward.organization_id)],
@@ -178,13 +178,38 @@ def load_page(conn: Connection, token: str, settings: Settings) -> Page | None:
     if status == "REDEEMED":
         page.payout = _payout(conn, reward.id)
     elif status == "ACTIVE":
+        page.options = _options(conn, reward, settings)
+    return page
+
+
+def current_status(conn: Connection, reward, *, at) -> str:
+    """The reward's status as its link sees it at `at`: lifecycle.status (an ACTIVE reward past
+    its expiry is EXPIRED), and UNDER_REVIEW for an ACTIVE one held by a fraud rule."""
+    status = lifecycle.status(reward, at=at)
+    if status == "ACTIVE":
         from largesse.fraud.service import is_held
 
         if is_held(conn, reward.id):
-            page.status = "UNDER_REVIEW"
-        else:
-            page.options = _options(conn, reward, settings)
-    return page
+            return "UNDER_REVIEW"
+    return status
+
+
+# What a live (not replaced) link answers, by current_status(): the recipient's page
+# (endpoints._show) and the dashboard's reward page read this one rule.
+LINK_ANSWERS = {"ACTIVE": "choose", "UNDER_REVIEW": "under_review", "REDEEMED": "payout",
+                "CANCELED": "canceled", "EXPIRED": "expired"}
+GONE = ("canceled", "expired")  # answered 410: the link no longer works
+
+
+def link_answer(status: str) -> str:
+    """"choose" (the choice of products), "under_review", "payout" (what was issued; 200), or
+    "canceled" / "expired" (410, in GONE)."""
+    return LINK_ANSWERS.get(status, "expired")
+
+
+def reward_link_answer(conn: Connection, reward, *, at) -> str:
+    """link_answer() of a reward row now: what each of its live links answers."""
+    return link_answer(current_status(conn, reward, at=at))
 
 
 def _styled_page(reward, *, org_name: str, status: str, token_hash: str, page_style: dict, email_style: dict,

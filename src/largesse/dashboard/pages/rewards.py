@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from largesse import db
 from largesse.campaigns import service as campaigns_service
+from largesse.catalog import service as catalog
 from largesse.dashboard import access
 from largesse.dashboard.pages import approvals as approvals_page
 from largesse.dashboard.pages import reviews as reviews_page
@@ -27,6 +28,8 @@ from largesse.invoices import documents
 from largesse.money import amount_in
 from largesse.orders import browse
 from largesse.orders.models import orders, rewards
+from largesse.redemption import service as redemption
+from largesse.timeutil import utcnow
 
 router = APIRouter()
 PAGE_SIZE = 25
@@ -155,6 +158,14 @@ def list_rewards(ctx):
                       field_needed=field_needed, under_review=under_review)
 
 
+# What a reward's live links answer (redemption.service.reward_link_answer, the recipient's
+# page's own rule), in words.
+LINK_STATES = {"choose": "valid", "under_review": "valid (the redemption is under review)",
+               "payout": "no longer redeemable: the reward was redeemed (the link shows what was issued)",
+               "canceled": "no longer works: the reward was canceled",
+               "expired": "no longer works: the reward expired"}
+
+
 def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = None, notice: str | None = None,
                  link: str | None = None, resend_email: str = ""):
     with db.read(ctx.engine) as conn:
@@ -162,10 +173,14 @@ def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = 
         history = browse.history(conn, reward.id)
         values = browse_values(conn, reward.id)
         review = reviews_page.review_of(conn, reward.organization_id, reward.id)  # held by a fraud rule?
+        link_state = LINK_STATES[redemption.reward_link_answer(conn, reward, at=utcnow())]
+        product = (catalog.get_many_cached(conn, [history.payout.product_id]).get(history.payout.product_id)
+                   if history.payout else None)
     cancelable = delivery.cancelable(reward, any_delivery=ctx.settings.cancel_any_unredeemed)
     return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, history=history,
                       values=values, error=error, notice=notice, link=link, cancelable=cancelable,
-                      resendable=delivery.resendable(reward), resend_email=resend_email, review=review)
+                      resendable=delivery.resendable(reward), resend_email=resend_email, review=review,
+                      link_state=link_state, payout_product=product.name if product else None)
 
 
 def browse_values(conn, reward_id: str) -> list:
@@ -178,6 +193,10 @@ NOTICES = {"resent": "The reward is queued to be sent again.", "canceled": "The 
 
 @route(router, "GET", "/rewards/{reward_id}")
 def show_reward(ctx, reward_id: str):
+    link = ctx.take_flash("link")  # right after "Generate a new link": shown once
+    if isinstance(link, str):
+        return _show_reward(ctx, reward_id, link=link, notice="A new link was generated. Copy it now: it is "
+                            "shown on this page once.")
     return _show_reward(ctx, reward_id, notice=NOTICES.get(ctx.arg("done", max_length=20)))
 
 
@@ -214,4 +233,6 @@ def generate_link(ctx, reward_id: str):
         link = delivery.generate_link(ctx.engine, ctx.settings, org=ctx.viewer.organization_id, reward_id=reward_id)
     except ApiError as exc:
         return _show_reward(ctx, reward_id, status=exc.status_code, error=exc.message)
-    return _show_reward(ctx, reward_id, link=link, notice="A new link was generated. Copy it now.")
+    # Post/redirect/get: a reload of the page that follows issues no other link; the link (only
+    # this response holds it) rides in a one-time flash, as Send's LINK rewards do.
+    return ctx.redirect_with_flash(f"/dashboard/rewards/{reward_id}", "link", link)

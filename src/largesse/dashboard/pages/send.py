@@ -18,8 +18,8 @@ from largesse.campaigns import service as campaigns_service
 from largesse.catalog import service as catalog
 from largesse.dashboard import access, bulk, forms
 from largesse.dashboard.models import uploads
-from largesse.dashboard.web import route
-from largesse.errors import ApiError, payload_from
+from largesse.dashboard.web import campaign_labels, route
+from largesse.errors import ApiError
 from largesse.fields import service as fields_service
 from largesse.ids import new_id
 from largesse.orders import repository
@@ -37,9 +37,10 @@ def _choices(ctx, conn):
     categories = sorted({p.category for p in products})
     shown = [p for p in products if (not category or p.category == category)
              and (not query or query in p.name.lower() or query in (p.description or "").lower())]
+    campaigns = campaigns_service.list_for(conn, org)
     return {"products": shown, "categories": categories, "q": ctx.arg("q", max_length=100), "category": category,
-            "campaigns": campaigns_service.list_for(conn, org), "fields": fields_service.list_for(conn, org),
-            "currencies": _currencies(ctx, products)}
+            "campaigns": campaigns, "campaign_labels": campaign_labels(campaigns),
+            "fields": fields_service.list_for(conn, org), "currencies": _currencies(ctx, products)}
 
 
 def _currencies(ctx, products) -> list[str]:
@@ -84,27 +85,36 @@ def _entered(ctx, fields=None) -> dict:
             "fields": {f.id: form.get(f"field_{f.id}") for f in fields}}
 
 
-def _order(entered: dict, external_id: str | None = None):
+def _custom(entered: dict, fields) -> tuple[list[dict], list[str]]:
+    """The custom fields given, as the API's custom_fields, and their labels in the same order
+    (a problem of custom_fields.1 is named by the second one's label)."""
+    given = [(fid, v) for fid, v in entered["fields"].items() if v]
+    labels = {f.id: f.label for f in fields}
+    return [{"id": fid, "value": v} for fid, v in given], [labels.get(fid, "Custom field") for fid, _ in given]
+
+
+def _order(entered: dict, fields, external_id: str | None = None):
     """(the API's CreateOrderIn, []) or (None, problems): the translation only (bulk.reward_in)."""
+    custom, labels = _custom(entered, fields)
     reward, problems = bulk.reward_in(
         name=entered["name"], email=entered["email"], amount_text=entered["amount"], currency=entered["currency"],
         products=entered["products"],
         campaign_id=entered["campaign"] or None, method=entered["method"], message=entered["message"] or None,
-        custom_fields=[{"id": fid, "value": v} for fid, v in entered["fields"].items() if v])
+        custom_fields=custom, field_labels=labels)
     if reward is None:
         return None, problems
     return bulk.order_in([reward], external_id=external_id, single=True), []
 
 
-def _quote(ctx, entered: dict):
+def _quote(ctx, entered: dict, fields):
     """(body, preview, problems): the service's own preview (preview_order_as_member: the _plan
     that place_order_as_member runs, without writing) of the order the form describes."""
-    body, problems = _order(entered)
+    body, problems = _order(entered, fields)
     if body is None:
         return None, None, problems
     preview = orders_service.preview_order_as_member(ctx.engine, settings=ctx.settings,
                                                      organization_id=ctx.viewer.organization_id, body=body)
-    return body, preview, bulk.flatten(payload_from(preview.problems)) if preview.problems else []
+    return body, preview, bulk.describe(preview.problems, field_labels=_custom(entered, fields)[1])
 
 
 # The summary's idempotency token, drawn when the summary is shown and sent back by its "Send":
@@ -140,7 +150,7 @@ def _checked(ctx):
     with db.read(ctx.engine) as conn:
         fields = fields_service.list_for(conn, ctx.viewer.organization_id)
     entered = _entered(ctx, fields)
-    _, preview, problems = _quote(ctx, entered)
+    _, preview, problems = _quote(ctx, entered, fields)
     refused = _form_page(ctx, 400, problems, **entered) if problems else None
     return entered, fields, preview, refused
 
@@ -170,12 +180,13 @@ def send_one(ctx):
     if ctx.form.get("quoted_total", max_length=20) != str(preview.total_cents):
         return _summary(ctx, entered, fields, preview, token, notice="The total changed since this page was shown "
                         "(the fees or the amounts changed). Check the new total, then send again.")
-    body, _ = _order(entered, external_id=token)
+    body, _ = _order(entered, fields, external_id=token)
     try:
         placed = orders_service.place_order_as_member(
             ctx.engine, settings=ctx.settings, organization_id=ctx.viewer.organization_id, body=body)
     except ApiError as exc:
-        return _form_page(ctx, exc.status_code, bulk.flatten(exc.payload) or [exc.message], **entered)
+        return _form_page(ctx, exc.status_code, bulk.api_error_lines(exc, field_labels=_custom(entered, fields)[1]),
+                          **entered)
     target = f"/dashboard/orders/{placed.order['id']}"
     # A LINK reward: its link, which only this response holds, on the order's page once. A replay
     # (the same Send posted again) hands over a fresh link, the API's rule, as the browser shows
@@ -249,7 +260,7 @@ def _prepare(ctx, upload_id: str):
     if good and not sheet.problems:
         preview = orders_service.preview_order_as_member(
             ctx.engine, settings=ctx.settings, organization_id=org, body=bulk.order_in([r.reward for r in good]))
-        by_row, general = bulk.problems_by_row(preview.problems)
+        by_row, general = bulk.problems_by_row(preview.problems, lambda index: list(good[index].values))
         for index, row in enumerate(good):
             row.problems.extend(by_row.get(index, []))
         sheet.problems.extend(general)
@@ -278,6 +289,17 @@ def bulk_place(ctx, upload_id: str):
     except ApiError as exc:
         return ctx.render("bulk_preview.html", exc.status_code, title="Check your file", upload=upload, sheet=sheet,
                           preview=preview, bad=[], ready=False, enough=False, placed=placed, campaign=campaign,
-                          error=exc.message)
+                          error=_placement_error(exc, sheet))
     return ctx.redirect(f"/dashboard/orders/{order.order['id']}")
 
+
+
+def _placement_error(exc: ApiError, sheet) -> str:
+    """The service's refusal of the order, in words, each row's problem named by its line."""
+    pairs = [(tuple(int(p) if str(p).isdigit() else p for p in loc), message)
+             for loc, message in bulk.payload_locs(exc.payload)]
+    known = len(sheet.rows)
+    by_row, general = bulk.problems_by_row(pairs, lambda i: list(sheet.rows[i].values) if i < known else ())
+    lines = general + [f"Line {sheet.rows[i].line}: {m}" if i < known else m
+                       for i, messages in by_row.items() for m in messages]
+    return "; ".join(lines) or exc.message
