@@ -350,15 +350,15 @@ def clean_text(value: str, name: str, *, max_length: int = 1000) -> str:
     """Query/path text: refuse NUL (PostgreSQL cannot store it) and absurd lengths. The name
     (a custom-field label is a query parameter name) is echoed with control characters as '?'."""
     if "\x00" in value:
-        name = _echoable(name)
+        name = echoable(name)
         raise BadRequest(f"{name} contains a NUL character", {name: ["contains a NUL character"]})
     if len(value) > max_length:
-        name = _echoable(name)
+        name = echoable(name)
         raise BadRequest(f"{name} is too long", {name: [f"must be at most {max_length} characters"]})
     return value
 
 
-def _echoable(name: str) -> str:
+def echoable(name: str) -> str:
     from largesse.paths import printable  # paths imports this module
 
     return printable(name)

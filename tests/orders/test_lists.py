@@ -194,3 +194,13 @@ def test_reward_list_timestamps_spec_form(org, make_server):
 def test_reward_list_timestamps_iso_setting(org, http):
     place(http, org.member_email)
     assert ISO.match(ok(http.get("/rewards"))["rewards"][0]["created_at"])
+
+
+def test_a_parameter_that_cannot_be_a_label_is_400_not_an_empty_list(org, http):
+    """GET /rewards filters by custom field labels only: created_at[gte] (a filter of other
+    lists) cannot be a label, and used to answer an empty list as if nothing matched."""
+    place(http, org.member_email)
+    body = error(http.get("/rewards", params={"created_at[gte]": "2020-01-01"}), 400)
+    assert body["payload"] == {"created_at[gte]": ["is not a custom field label"]}
+    assert "GET /rewards filters by custom field labels" in body["message"]
+    assert ok(http.get("/rewards", params={"No Such Label": "x"}))["rewards"] == []  # could be one: no match

@@ -29,6 +29,12 @@ def list_for(conn: Connection, organization_id: str):
     return conn.execute(_FOR_ORG, {"org": organization_id}).all()
 
 
+def can_be_label(name: str) -> bool:
+    """Whether a query parameter name could be a custom field's label (GET /rewards' filters)."""
+    label = label_of(name)
+    return bool(label) and _label_allowed(label)
+
+
 def _label_allowed(label: str) -> bool:
     """Letters and digits of any script (str.isalnum), spaces and underscores; a mark only
     after a letter, digit or mark (part of the letter: हिन्दी). Punctuation and symbols (`-`, `.`,

@@ -23,6 +23,7 @@ from largesse.web import (
     EngineDep,
     Paging,
     clean_text,
+    echoable,
     json_body_doc,
     json_response,
     parse_json_body,
@@ -127,6 +128,11 @@ async def list_rewards(request: Request):
             (fields_service.label_of(clean_text(k, "label", max_length=100)), clean_text(v, k[:100], max_length=1000))
             for k, v in request.query_params.multi_items() if k not in PAGINATION
         ]
+        for name, _ in filters:
+            if not fields_service.can_be_label(name):  # e.g. created_at[gte]: a filter this list has not
+                raise BadRequest(f"{echoable(name)} is not a filter of this list: GET /rewards filters by "
+                                 "custom field labels (letters, digits, spaces, underscores), offset and limit",
+                                 {echoable(name): ["is not a custom field label"]})
         if len(filters) > MAX_CUSTOM_FIELDS:  # a reward has at most that many: more match nothing
             raise BadRequest("Too many custom field filters",
                              {"custom_fields": [f"at most {MAX_CUSTOM_FIELDS} labels per search"]})
