@@ -47,7 +47,7 @@ class Settings:
     worker_concurrency: int = 2
     worker_poll_seconds: float = 1.0
     # Threads of the webhook lane per worker (email threads never wait on webhook receivers).
-    webhook_concurrency: int = 2
+    webhook_concurrency: int = 8
     # A lease is renewed by the worker's heartbeat every lease/4 while the job runs; a dead
     # worker's jobs run again about one lease after it died.
     job_lease_seconds: float = 10.0
@@ -150,7 +150,7 @@ class Settings:
             delivery_yield_seconds=float(get("DELIVERY_YIELD_SECONDS", "10")),
             worker_concurrency=int(get("WORKER_CONCURRENCY", "2")),
             worker_poll_seconds=float(get("WORKER_POLL_SECONDS", "1")),
-            webhook_concurrency=int(get("WEBHOOK_CONCURRENCY", "2")),
+            webhook_concurrency=int(get("WEBHOOK_CONCURRENCY", "8")),
             job_lease_seconds=float(get("JOB_LEASE_SECONDS", "10")),
             worker_backoff_max_seconds=float(get("WORKER_BACKOFF_MAX_SECONDS", "30")),
             job_retry_base_seconds=float(get("JOB_RETRY_BASE_SECONDS", "30")),

@@ -1,8 +1,9 @@
 """No organization and no kind of job starves the others.
 
-- A webhook receiver that trickles its answer (org A, several events) holds webhook threads
-  only, and only one of the two: org B's email, sent by a real `largesse worker` process with
-  the default settings, goes out within 15 s, and org B's own webhook event within 5 s.
+- Webhook receivers that trickle their answers (orgs A and C, several events each) hold
+  webhook threads only, and one each of the eight: org B's email, sent by a real `largesse
+  worker` process with the default settings, goes out within 15 s, and org B's own webhook
+  event within 5 s. (With two threads and a cap of N - 1, two slow organizations held both.)
 - One organization's backlog of 600 emails does not delay another organization's email by
   more than a batch or two.
 """
@@ -21,39 +22,48 @@ from tests.factories import ok
 from tests.webhooks.kit import Receiver, Trickler
 
 
-def test_trickling_webhook_receiver_does_not_delay_another_orgs_email(engine, server, database_url, fast, tmp_path):
+def test_trickling_webhook_receivers_do_not_delay_another_orgs_email(engine, server, database_url, fast, tmp_path):
     good = Smtp(StallHandler(stall=0))
     # Headers, then one byte every 3 s of a 1000-byte body: never finishes within any deadline.
-    trickler = Trickler(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", b"x" * 1000, interval=3.0)
+    tricklers = [Trickler(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", b"x" * 1000, interval=3.0)
+                 for _ in range(2)]
     receiver = Receiver()
-    org_a, org_b = create_org(engine, server.url, name="Slow Hooks"), create_org(engine, server.url, name="Waiting")
+    slow = [create_org(engine, server.url, name=f"Slow Hooks {n}") for n in (1, 2)]
+    org_b = create_org(engine, server.url, name="Waiting")
     proc = None
     try:
         settle(engine, fast, good.url)
-        with org_a.http() as a, org_b.http() as b:
-            hook = ok(a.post("/webhooks", json={"url": trickler.url}))["webhook"]
-            for _ in range(6):
-                assert a.post(f"/webhooks/{hook['id']}/simulate", json={"event": "ORDERS.CREATED"}).status_code == 200
+        for org, trickler in zip(slow, tricklers, strict=True):
+            with org.http() as a:
+                hook = ok(a.post("/webhooks", json={"url": trickler.url}))["webhook"]
+                for _ in range(6):
+                    assert a.post(f"/webhooks/{hook['id']}/simulate",
+                                  json={"event": "ORDERS.CREATED"}).status_code == 200
+        with org_b.http() as b:
             ok(b.post("/webhooks", json={"url": receiver.url}))
-            proc = start_worker(env_for(database_url, good.url), tmp_path / "worker.log")  # the defaults: 2 + 2
-            wait_until(lambda: trickler.requests >= 1, 20, message="the slow receiver got no request")
+            proc = start_worker(env_for(database_url, good.url), tmp_path / "worker.log")  # the defaults: 2 + 8
+            wait_until(lambda: all(t.requests >= 1 for t in tricklers), 20,
+                       message="the slow receivers got no request")
             address = tagged(org_b.member_email, "waiting")
             started = time.monotonic()
             [reward_id] = order(b, [address])
             wait_until(lambda: delivery_statuses(engine, [reward_id])[reward_id] == "SUCCEEDED", 15, interval=0.1,
                        message="org B's email was not delivered")
             email_after = time.monotonic() - started
-            # Org A's POSTs may use one of the two webhook threads: the other one is org B's.
+            # Each slow organization's POSTs use one of the eight webhook threads at a time.
             wait_until(lambda: receiver.events("ORDERS.CREATED"), 5, interval=0.1,
                        message="org B's webhook event was not delivered")
             hook_after = time.monotonic() - started
+        held = [t.requests for t in tricklers]
         print(f"\nFAIRNESS: org B's email {email_after:.1f} s, its webhook {hook_after:.1f} s, "
-              f"while org A's receiver trickled ({trickler.requests} requests held)")
+              f"while two receivers trickled ({held} requests held)")
         assert len(good.handler.to(address)) == 1
+        assert max(held) <= 2, held  # one POST per organization at a time (and its retry)
     finally:
         if proc is not None:
             proc.kill()
-        trickler.close()
+        for trickler in tricklers:
+            trickler.close()
         receiver.server.shutdown()
         good.stop()
 

@@ -5,6 +5,8 @@ while another worker polls the same queue, so it never runs twice."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 
@@ -128,3 +130,38 @@ def test_a_job_running_longer_than_its_lease_keeps_it(org, http, engine, databas
         if first is not None:
             first.kill()
         slow.stop()
+
+
+def test_a_paused_worker_does_not_resend_what_was_taken_over(org, http, engine, database_url, fast, tmp_path):
+    """A worker paused (SIGSTOP: a VM freeze, a stalled host) longer than its lease loses its
+    batch to another worker, which sends it. Resumed, it finishes at most the email it was in
+    the middle of (the documented at-least-once window) and leaves the rest: it used to send
+    the rest of its batch again, each a second email."""
+    relay = Smtp(StallHandler("slow", stall=0.3))
+    first = second = None
+    try:
+        settle(engine, fast, relay.url)
+        first = start_worker(env_for(database_url, relay.url, job_lease_seconds=1.5), tmp_path / "first.log",
+                             "--concurrency", "1", "--webhook-concurrency", "0")
+        addresses = [tagged(org.member_email, f"slow{i}") for i in range(12)]
+        reward_ids = order(http, addresses)
+        wait_until(lambda: relay.handler.stalled >= 2, 30, message="the first worker did not start sending")
+        os.kill(first.pid, signal.SIGSTOP)
+        paused = relay.handler.stalled
+        second = Worker(engine, fast(smtp_url=relay.url, job_lease_seconds=1.5, worker_concurrency=1,
+                                     webhook_concurrency=0)).start()
+        wait_until(lambda: set(delivery_statuses(engine, reward_ids).values()) == {"SUCCEEDED"}, 60,
+                   message="the second worker did not deliver the paused worker's batch")
+        os.kill(first.pid, signal.SIGCONT)
+        time.sleep(4)  # the resumed worker's chance to send again
+        copies = [len(relay.handler.to(a)) for a in addresses]
+        assert all(n >= 1 for n in copies) and sum(copies) - len(addresses) <= 1, (paused, copies, first.text())
+        assert alive(first.pid)
+    finally:
+        if second is not None:
+            second.stop()
+        if first is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(first.pid, signal.SIGCONT)
+            first.kill()
+        relay.stop()

@@ -27,6 +27,7 @@ REFUSED = [
     "http://224.0.0.1/", "http://255.255.255.255/", "http://240.0.0.1/", "http://198.18.0.1/",
     "http://user:pw@127.0.0.1/", "http://1.2.3.4.5/", "http://08.0.0.1/",
     "http://[fec0::1]/", "http://[feff::1]/", "http://[3fff::1]/",  # site-local; documentation (RFC 9637)
+    "http://192.0.0.8/", "http://192.88.99.1/",  # IETF protocol assignments; 6to4 relay anycast
 ]
 
 

@@ -46,6 +46,8 @@ log = logging.getLogger("largesse.delivery")
 # they were half of a worker's time on PostgreSQL); a webhook POST can take its whole deadline,
 # so a webhook thread holds only the job it runs.
 BATCH = {job_queue.MAIL: 20, job_queue.WEBHOOK: 1}
+# An organization's webhooks may use 1 in ORG_WEBHOOK_SHARE of a worker's webhook threads at once.
+ORG_WEBHOOK_SHARE = 8
 # A batch's sent emails are completed together, at its end (20 emails to a local relay: ~12 ms),
 # or every COMPLETE_EVERY_SECONDS when the relay is slow: the emails a crash can send twice are
 # those sent since the last completion, at most this long (plus the email in flight).
@@ -104,14 +106,20 @@ class Worker:
         self.processed = 0
         self._count_lock = threading.Lock()
         self.cursors = {lane: job_queue.Cursor() for lane in self.lanes}
-        # One organization's webhook POSTs run on at most N - 1 of N webhook threads (counted
-        # across workers), so a slow receiver always leaves a thread for other organizations.
+        # One organization's webhook POSTs run on at most ORG_WEBHOOK_SHARE of the webhook threads
+        # (counted across workers; at least 1, at most N - 1): with the default 8, one POST per
+        # organization at a time, so seven slow receivers still leave a thread to the others.
         webhook_threads = self.lanes[job_queue.WEBHOOK]
-        self.org_caps = {job_queue.WEBHOOK: webhook_threads - 1} if webhook_threads > 1 else {}
+        self.org_caps = ({job_queue.WEBHOOK: max(1, min(webhook_threads - 1, webhook_threads // ORG_WEBHOOK_SHARE))}
+                         if webhook_threads > 1 else {})
         self.outage = Outage(self.id)
         # Jobs this worker has claimed and not finished: the heartbeat renews their leases.
         self.held: set[int] = set()
         self._held_lock = threading.Lock()
+        # The heartbeat's last renewal (monotonic, taken before it ran) and the held jobs it did
+        # not renew: a job not yet run that a renewal missed was taken over (_still_ours).
+        self._renewed_at = 0.0
+        self._unrenewed: set[int] = set()
         self._beat_stop = threading.Event()
         self._beat: threading.Thread | None = None
         # A child of `largesse serve` waits between batches while the API saturates the machine.
@@ -210,6 +218,7 @@ class Worker:
             ctx.transport.close()
 
     def _step(self, ctx: Context, lane: str) -> int:
+        started = time.monotonic()  # the claim's lease runs from (after) here
         rows = job_queue.claim(self.engine, self.id, limit=BATCH[lane],
                                lease_seconds=self.settings.job_lease_seconds,
                                lane=lane, cursor=self.cursors[lane], org_cap=self.org_caps.get(lane),
@@ -221,11 +230,16 @@ class Worker:
             claimed = prepare_batch(ctx, rows)
             self._forget([c.job.id for c in claimed if c.skipped])  # done in the claim's transaction
             completed = time.monotonic()
+            leased_at, taken = started, set()
             for i, item in enumerate(claimed):
                 if self.stopping.is_set():
                     rest = [c.job.id for c in claimed[i:] if not c.skipped]
                     job_queue.release(self.engine, self.id, rest)
                     break
+                if not item.skipped:
+                    leased_at = self._still_ours(claimed[i:], leased_at, taken)
+                    if item.job.id in taken:
+                        continue
                 run_claimed(ctx, item)
                 if not ctx.sent or ctx.sent[-1] is not item.job:
                     # Its outcome is written (done, requeued for a retry, dead): no longer held,
@@ -243,6 +257,29 @@ class Worker:
             ctx.sent.clear()
             self._forget([r.id for r in rows])
         return len(rows)
+
+    def _still_ours(self, rest, leased_at: float, taken: set[int]) -> float:
+        """Before running rest[0]: add to `taken` the jobs of `rest` another worker took over,
+        so that this worker does not send them again. A job not yet run that the heartbeat's
+        last renewal missed was taken. And when neither the heartbeat nor this batch has renewed
+        the lease for half of it (the process was paused or starved: a VM freeze, SIGSTOP, a
+        stalled database), the rest of the batch is renewed here: what comes back is still this
+        worker's, the others were taken over. Returns when the lease was last known renewed."""
+        lease = self.settings.job_lease_seconds
+        pending = [c.job.id for c in rest if not c.skipped and c.job.id not in taken]
+        with self._held_lock:
+            found = {j for j in pending if j in self._unrenewed and j in self.held}
+            renewed_at = max(leased_at, self._renewed_at)
+        pending = [j for j in pending if j not in found]
+        if pending and time.monotonic() - renewed_at > lease / 2:
+            renewed_at = time.monotonic()
+            found |= set(pending) - job_queue.renew(self.engine, self.id, pending, lease)
+        if found:
+            taken |= found
+            self._forget(found)
+            log.warning("delivery worker %s lost the lease of jobs %s before running them (it was paused or "
+                        "starved); it leaves them to the worker that took them over", self.id, sorted(found))
+        return renewed_at
 
     def _complete(self, ctx: Context) -> None:
         """Step 3 for the emails sent since the last call: one transaction (tasks.complete_sent).
@@ -290,9 +327,11 @@ class Worker:
                     last_renew = time.monotonic()
                     with self._held_lock:
                         held = set(self.held)
+                    asked = time.monotonic()
                     kept = job_queue.renew(self.engine, self.id, held, lease)
                     with self._held_lock:
                         missed = (held - kept) & self.held  # in hand, but not renewed
+                        self._renewed_at, self._unrenewed = asked, missed
                     # Lost: missed at two renewals in a row. Once is also what a job whose outcome
                     # this worker has just written looks like, until its thread lets it go.
                     lost, unrenewed = missed & unrenewed, missed

@@ -55,6 +55,10 @@ _6TO4 = ipaddress.IPv6Network("2002::/16")
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: local-use translation
 _SHARED = ipaddress.IPv4Network("100.64.0.0/10")
 
+# IANA special-purpose IPv4 blocks that Python 3.11 calls global: IETF protocol assignments
+# (192.0.0.0/24, of which only two anycast services are reachable) and the deprecated 6to4
+# relay anycast (RFC 7526). No webhook receiver lives there.
+_SPECIAL_V4 = (ipaddress.IPv4Network("192.0.0.0/24"), ipaddress.IPv4Network("192.88.99.0/24"))
 _SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")  # RFC 3879: deprecated, still routed where configured
 _DOCUMENTATION_V6 = ipaddress.IPv6Network("3fff::/20")  # RFC 9637, not yet in Python 3.11's tables
 
@@ -152,6 +156,8 @@ def refusal(address: IPAddress) -> str | None:
             return f"must not point to {what} address ({address})"
     if isinstance(address, ipaddress.IPv4Address) and address in _SHARED:
         return f"must not point to a shared (carrier-grade NAT) address ({address})"
+    if isinstance(address, ipaddress.IPv4Address) and any(address in net for net in _SPECIAL_V4):
+        return f"must not point to a special-purpose address ({address})"
     if not address.is_global:
         return f"must not point to a non-global address ({address})"
     return None
