@@ -55,6 +55,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.lists --db sqlite --quick
+	$(BIN)/python -m bench.lists --db postgresql --quick
 
 # The fault simulation (docs/simulation.md): `make simulate SEED=42 STEPS=10000 DB=sqlite`.
 # Without SEED a random one is drawn and printed; DB is sqlite, postgresql or both.

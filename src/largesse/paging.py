@@ -63,24 +63,50 @@ def page_total(conn: Connection, counts: tuple, params: dict, *, offset: int, li
 class Listing:
     """A paged list of `table`'s rows in `order_by`, matching `where` and whichever of the
     optional `filters` a request gives (conditions on bound parameters named as the filters),
-    with the bounded total_count. Its statements are built once per set of filters given."""
+    with the bounded total_count. Its statements are built once per set of filters given.
 
-    def __init__(self, table, where, filters: dict, order_by: tuple):
+    `key`: the column naming a row (default `table.c.id`). `joined`: for a list whose rows come
+    with other tables' columns, a select of those columns and joins without WHERE or ORDER BY;
+    the page walks `table` alone for the page's keys, then joins only those rows (a join per
+    match, before the limit, is what the planners otherwise choose). `count_in_order`: count
+    the window in the list's order, walking on from the page, where a filter costs a lookup per
+    row (in another index's order the count could examine far more rows than the window)."""
+
+    def __init__(self, table, where, filters: dict, order_by: tuple, *, key=None, joined=None,
+                 count_in_order: bool = False):
         self.table, self.where, self.filters, self.order_by = table, where, filters, order_by
+        self.key = table.c.id if key is None else key
+        self.joined, self.count_in_order = joined, count_in_order
         self._built: dict[tuple[str, ...], tuple] = {}
 
     def page(self, conn: Connection, params: dict, *, offset: int, limit: int) -> tuple[list, int]:
         """(rows at offset, at most limit of them; total_count); `params` binds `where` and the
         filters, a filter whose value is None being left out."""
-        given = tuple(name for name in self.filters if params.get(name) is not None)
-        counts, statement = self._built.get(given) or self._build(given)
+        counts, statement = self._statements(params)
         params = {**params, "offset": offset, "limit": limit, **count_params(offset)}
         rows = conn.execute(statement, params).all()
         return rows, page_total(conn, counts, params, offset=offset, limit=limit, page_len=len(rows))
 
+    def rows(self, conn: Connection, params: dict, *, offset: int, limit: int) -> list:
+        """The page alone, for a list that answers no total_count."""
+        _, statement = self._statements(params)
+        return conn.execute(statement, {**params, "offset": offset, "limit": limit}).all()
+
+    def _statements(self, params: dict) -> tuple:
+        given = tuple(name for name in self.filters if params.get(name) is not None)
+        return self._built.get(given) or self._build(given)
+
     def _build(self, given: tuple[str, ...]) -> tuple:
         where = [self.where, *(self.filters[name] for name in given)]
-        statement = (select(self.table).where(*where).order_by(*self.order_by)
-                     .offset(bindparam("offset", type_=Integer)).limit(bindparam("limit", type_=Integer)))
-        built = self._built[given] = (count_statements(select(self.table.c.id).where(*where)), statement)
+        window = (bindparam("offset", type_=Integer), bindparam("limit", type_=Integer))
+        if self.joined is None:
+            statement = select(self.table).where(*where).order_by(*self.order_by).offset(window[0]).limit(window[1])
+        else:
+            keys = (select(self.key).where(*where).order_by(*self.order_by).offset(window[0]).limit(window[1])
+                    .correlate(None))
+            statement = self.joined.where(self.key.in_(keys)).order_by(*self.order_by)
+        matching = select(self.key).where(*where)
+        if self.count_in_order:
+            matching = matching.order_by(*self.order_by)
+        built = self._built[given] = (count_statements(matching), statement)
         return built

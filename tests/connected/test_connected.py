@@ -269,3 +269,32 @@ def test_concurrent_creates_with_one_client_id(org, api):
     assert api.list_connected_organizations().total_count == 1
     # The losers' sub-organizations (and their sandbox credit) rolled back with them.
     assert len(_sub_organizations(org)) == 1
+
+
+def test_list_total_count_is_exact_near_the_end_and_a_lower_bound_before(api, http, monkeypatch):
+    """total_count as every list counts it (docs/api.md, "total_count at scale"; the horizon
+    lowered to 3 here): a lower bound while more than 3 follow the offset, exact after."""
+    from largesse import paging
+    from tests.factories import ok
+
+    created = [_connected(api, client_id=f"count-{n}", name=f"Customer {n}").id for n in range(7)]
+    api.delete_connected_organization(created.pop(2))  # ended connections are neither listed nor counted
+    everything = ok(http.get("/connected_organizations", params={"limit": 10}))
+    newest_first = [c["id"] for c in everything["connected_organizations"]]
+    assert everything["total_count"] == 6 and sorted(newest_first) == sorted(created)
+    monkeypatch.setattr(paging, "COUNT_HORIZON", 3)
+
+    def page(offset: int) -> dict:
+        return ok(http.get("/connected_organizations", params={"limit": 2, "offset": offset}))
+
+    assert page(0)["total_count"] == 4
+    assert page(2)["total_count"] == 6 and page(4)["total_count"] == 6
+    assert page(10) == {"connected_organizations": [], "total_count": 6}
+    seen, offset = [], 0
+    while True:
+        body = page(offset)
+        seen += [c["id"] for c in body["connected_organizations"]]
+        offset += 2
+        if offset >= body["total_count"]:
+            break
+    assert seen == newest_first

@@ -15,7 +15,8 @@ connected_organizations = Table(
     Column("created_at", DateTime, nullable=False),
     Column("deleted_at", DateTime, nullable=True),
     UniqueConstraint("organization_id"),
-    Index("ix_connected_organizations_platform", "platform_organization_id", "created_at"),
+    # The list, newest first by (created_at, id): one walk of this index (migration 0021).
+    Index("ix_connected_organizations_platform_created_id", "platform_organization_id", "created_at", "id"),
     Index("uq_connected_organizations_client_id", "platform_organization_id", "client_id", unique=True,
           sqlite_where=text("deleted_at IS NULL"), postgresql_where=text("deleted_at IS NULL")),
 )

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, and_, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from largesse import db, paging
 from largesse.connected.models import (
     connected_member_sessions,
     connected_organization_members,
@@ -104,11 +105,17 @@ def get_connected_org(conn: Connection, platform_id: str, connected_id: str):
 
 
 def list_connected_orgs(conn: Connection, platform_id: str, *, offset: int, limit: int):
-    """(rows newest first, total_count)."""
-    base = _live(platform_id)
-    total = conn.execute(select(func.count()).select_from(base.subquery())).scalar_one()
-    rows = conn.execute(base.order_by(_CO.c.created_at.desc(), _CO.c.id.desc()).offset(offset).limit(limit)).all()
-    return rows, total
+    """(rows newest first, total_count bounded as every list counts: paging.bounded_count). A
+    walk of ix_connected_organizations_platform_created_id that stops after offset + limit
+    rows (db.index_walks: PostgreSQL without statistics read every row through the partial
+    unique index and sorted them)."""
+    db.index_walks(conn)
+    return _LIST.page(conn, {"platform_id": platform_id}, offset=offset, limit=limit)
+
+
+_LIST = paging.Listing(
+    _CO, and_(_CO.c.platform_organization_id == bindparam("platform_id"), _CO.c.deleted_at.is_(None)), {},
+    order_by=(_CO.c.created_at.desc(), _CO.c.id.desc()))
 
 
 def delete_connected_org(conn: Connection, platform_id: str, connected_id: str):

@@ -29,7 +29,9 @@ fraud_reviews = Table(
     Column("redeemed_at", DateTime, nullable=False),  # when the recipient chose
     Column("reviewed_by", String(40), nullable=True),  # the API key id that released or blocked
     Column("reviewed_at", DateTime, nullable=True),
-    Index("ix_fraud_reviews_org_redeemed", "organization_id", "redeemed_at"),
+    # The list, newest redemption first, with or without a status: walks of these (migration 0021).
+    Index("ix_fraud_reviews_org_redeemed_id", "organization_id", "redeemed_at", "reward_id"),
+    Index("ix_fraud_reviews_org_status_redeemed_id", "organization_id", "status", "redeemed_at", "reward_id"),
 )
 
 # What the redemption page saw for every redemption attempt that reached the rules, held or

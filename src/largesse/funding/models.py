@@ -35,6 +35,7 @@ ledger_entries = Table(
     # An operator's funding reference (wire ID...): the same one credits an organization once.
     Column("reference", String(200), nullable=True),
     Index("ix_ledger_entries_fs_id", "funding_source_id", "id"),
+    Index("ix_ledger_entries_org_id", "organization_id", "id", "created_at"),  # GET /balance_transactions
     Index("ix_ledger_entries_order", "order_id"),
     # A reward is refunded at most once, whatever retries or races happen.
     Index("uq_ledger_entries_refund", "reward_id", "kind", unique=True),

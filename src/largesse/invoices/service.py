@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, select, update
 
-from largesse import db
+from largesse import db, paging
 from largesse.errors import BadRequest, Conflict
 from largesse.funding import service as funding
 from largesse.ids import new_id
@@ -79,11 +79,16 @@ def get(conn: Connection, org: str, invoice_id: str) -> dict:
 
 
 def page(conn: Connection, org: str, *, offset: int, limit: int) -> tuple[list[dict], int]:
-    live = (invoices.c.organization_id == org, invoices.c.status != DELETED)
-    rows = conn.execute(select(invoices).where(*live).order_by(invoices.c.created_at.desc(), invoices.c.id.desc())
-                        .offset(offset).limit(limit)).all()
-    total = conn.execute(select(func.count()).select_from(invoices).where(*live)).scalar_one()
+    """Newest first, deleted ones left out; total_count bounded as every list counts
+    (paging.bounded_count). A walk of ix_invoices_org_created_id that stops after offset +
+    limit invoices (db.index_walks: whatever the planner knows)."""
+    db.index_walks(conn)
+    rows, total = _LIST.page(conn, {"org": org}, offset=offset, limit=limit)
     return [to_wire(r) for r in rows], total
+
+
+_LIST = paging.Listing(invoices, and_(invoices.c.organization_id == bindparam("org"), invoices.c.status != DELETED),
+                       {}, order_by=(invoices.c.created_at.desc(), invoices.c.id.desc()))
 
 
 def delete(conn: Connection, org: str, invoice_id: str) -> dict:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, bindparam, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
-from largesse import db
+from largesse import db, paging
 from largesse.errors import ApiError, BadRequest, Conflict, NotFound
 from largesse.funding import service as funding
 from largesse.ids import new_id
@@ -103,10 +103,16 @@ def get(conn: Connection, org: str, topup_id: str) -> dict:
 
 
 def page(conn: Connection, org: str, *, offset: int, limit: int) -> tuple[list[dict], int]:
-    rows = conn.execute(select(topups).where(topups.c.organization_id == org)
-                        .order_by(topups.c.created_at.desc(), topups.c.id.desc()).offset(offset).limit(limit)).all()
-    total = conn.execute(select(func.count()).select_from(topups).where(topups.c.organization_id == org)).scalar_one()
+    """Newest first; total_count bounded as every list counts (paging.bounded_count). A walk of
+    ix_topups_org_created_id that stops after offset + limit top-ups (db.index_walks:
+    whatever the planner knows)."""
+    db.index_walks(conn)
+    rows, total = _LIST.page(conn, {"org": org}, offset=offset, limit=limit)
     return [to_wire(r) for r in rows], total
+
+
+_LIST = paging.Listing(topups, topups.c.organization_id == bindparam("org"), {},
+                       order_by=(topups.c.created_at.desc(), topups.c.id.desc()))
 
 
 def list_all(conn: Connection, org: str | None, limit: int = 100):
