@@ -279,9 +279,6 @@ def test_approvals_funding_and_reports_journey(dashboard_page, engine, server, o
 def test_fraud_review_on_a_small_phone(browser, engine, server, org):
     """A redemption held by a fraud rule, at 375 px: the overview's count, the Reviews list, the
     reward's "Under review", then Release (confirmed) from the review's page; axe-core each time."""
-    from largesse import db
-    from largesse.dashboard import signin
-    from tests.dashboard.conftest import member_id
     from tests.dashboard.test_review_pages import held
 
     def strict(name: str) -> None:  # check(), and then no axe violation of any impact
@@ -291,22 +288,9 @@ def test_fraud_review_on_a_small_phone(browser, engine, server, org):
         assert found == [], f"{name}: {found}"
 
     reward_id, _, _ = held(org)
-    context = browser.new_context(viewport={"width": 375, "height": 812},
-                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
-    context.add_init_script(path=str(AXE))
-    page = context.new_page()
-    problems = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.viewport_name = "phone-375"
     base = server.url
+    context, page, problems = signed_in_on_a_phone(browser, engine, base, org)
     try:
-        with db.write(engine) as conn:
-            token = signin.issue_token(conn, member_id=member_id(engine, org.id, org.member_email),
-                                       organization_id=org.id)
-        page.goto(signin.signin_link(base, token))
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(f"{base}/dashboard")
         page.get_by_role("link", name="1 redemption held by a fraud rule").click()
         page.wait_for_url(re.compile(r"/dashboard/reviews\?status=flagged$"))
         assert page.get_by_role("button", name=f"Release reward {reward_id}").is_visible()
@@ -331,26 +315,9 @@ def test_fraud_review_on_a_small_phone(browser, engine, server, org):
 def test_csv_problems_are_readable_on_a_small_phone(browser, engine, server, org):
     """At 375 px the preview's table scrolls sideways inside its box, its "Check" column out of
     sight: each row's reasons are also listed by line above it, within the screen."""
-    from largesse import db
-    from largesse.dashboard import signin
-    from tests.dashboard.conftest import member_id
-
-    context = browser.new_context(viewport={"width": 375, "height": 812},
-                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
-    context.add_init_script(path=str(AXE))
-    page = context.new_page()
-    problems = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.viewport_name = "phone-375"
     base = server.url
+    context, page, problems = signed_in_on_a_phone(browser, engine, base, org)
     try:
-        with db.write(engine) as conn:
-            token = signin.issue_token(conn, member_id=member_id(engine, org.id, org.member_email),
-                                       organization_id=org.id)
-        page.goto(signin.signin_link(base, token))
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(f"{base}/dashboard")
         page.goto(f"{base}/dashboard/send/bulk")
         email = org.member_email
         content = (f"name,email,amount\nAda Lovelace-Byron,{email},20\nBob Bobbington,{email},lots\n"
@@ -372,3 +339,27 @@ def test_csv_problems_are_readable_on_a_small_phone(browser, engine, server, org
         assert problems == [], problems
     finally:
         context.close()
+
+
+def signed_in_on_a_phone(browser, engine, base: str, org):
+    """(context, page, console errors) of a 375 px browser with axe loaded, signed in as the
+    organization's member."""
+    from largesse import db
+    from largesse.dashboard import signin
+    from tests.dashboard.conftest import member_id
+
+    context = browser.new_context(viewport={"width": 375, "height": 812},
+                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
+    context.add_init_script(path=str(AXE))
+    page = context.new_page()
+    problems = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.viewport_name = "phone-375"
+    with db.write(engine) as conn:
+        token = signin.issue_token(conn, member_id=member_id(engine, org.id, org.member_email),
+                                   organization_id=org.id)
+    page.goto(signin.signin_link(base, token))
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/dashboard")
+    return context, page, problems
