@@ -77,11 +77,15 @@ class Outage:
         log.warning("delivery worker %s: the database is unreachable (%s: %s); waiting for it with backoff",
                     self.worker, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
 
-    def ok(self) -> None:
+    def ok(self, started: float) -> None:
+        """An attempt that began at `started` (time.monotonic) succeeded. One that began before
+        the outage was seen proves nothing: with several threads, one still finishing on a
+        connection opened before the outage would report the database back, and the next
+        failure would start a second outage in the log."""
         if self.since is None:  # the common case, without the lock
             return
         with self.lock:
-            if self.since is None:
+            if self.since is None or started < self.since:
                 return
             down, failures = time.monotonic() - self.since, self.failures
             self.since, self.failures = None, 0
@@ -191,10 +195,11 @@ class Worker:
             while not self.stopping.is_set():
                 if defers and backlog:
                     self.api_load.wait_while_busy(self.stopping)
+                attempt = time.monotonic()
                 try:
                     done = self._step(ctx, lane)
                     backlog = defers and self.api_load.claimed(done, full=done >= BATCH[lane])
-                    self.outage.ok()
+                    self.outage.ok(attempt)
                     backoff = self.settings.worker_poll_seconds
                 except Exception as exc:
                     ctx.transport.close()
@@ -319,6 +324,7 @@ class Worker:
         last_renew = last_ensure = time.monotonic()
         unrenewed: set[int] = set()  # held but not renewed at the previous renewal
         while not self._beat_stop.wait(tick):
+            attempt = time.monotonic()
             try:
                 if time.monotonic() - last_ensure >= 60:  # in case it was deleted or the start failed
                     last_ensure = time.monotonic()
@@ -339,7 +345,7 @@ class Worker:
                         log.warning("delivery worker %s lost the lease of jobs %s (taken over after it ran out)",
                                     self.id, sorted(lost))
                 self._housekeeping()
-                self.outage.ok()
+                self.outage.ok(attempt)
             except Exception as exc:
                 if db.is_unavailable(exc):
                     self.outage.failed(exc)
