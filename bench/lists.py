@@ -147,7 +147,7 @@ def seed(url: str, org: common.BenchOrg, count: int, start) -> float:
                     "reasons": ["Over reward count limit"], "risk": "medium", "product_id": common.PRODUCT,
                     "ip": "203.0.113.7", "country": None, "device_id": None,
                     # Redeemed some minutes to hours later: not in creation order.
-                    "redeemed_at": at + timedelta(seconds=rng.randint(60, 7200)),
+                    "redeemed_at": at + timedelta(seconds=rng.randint(60, 7200)), "reward_created_at": at,
                     "reviewed_by": "bench" if reviewed else None, "reviewed_at": at if reviewed else None})
                 rows[invoices].append({
                     "id": new_id(), "organization_id": oid, "amount_cents": cents, "currency_code": "USD",

@@ -69,3 +69,27 @@ def test_total_count_is_exact_near_the_end_and_a_lower_bound_before(org, http, e
     full = ok(http.get("/fraud_reviews", params={"limit": 100}))
     assert full["total_count"] == 6 and listed(full) == newest_first
     assert full["fraud_reviews"][0]["redemption_method"] and full["fraud_reviews"][0]["redeemed_at"]
+
+
+def test_a_review_carries_its_rewards_creation_for_the_created_at_filter(org, http, engine):
+    """A held redemption's review copies the reward's created_at (migration 0022), which the
+    created_at filters read in the list's index walk."""
+    from sqlalchemy import select
+
+    from tests.dashboard.test_review_pages import held
+
+    reward_id, _, _ = held(org)
+    with db.read(engine) as conn:
+        copied, created = conn.execute(
+            select(fraud_reviews.c.reward_created_at, rewards.c.created_at)
+            .join(rewards, rewards.c.id == fraud_reviews.c.reward_id)
+            .where(fraud_reviews.c.reward_id == reward_id)).one()
+    assert copied == created
+
+    def found(**params) -> list[str]:
+        return [r["reward"]["id"] for r in ok(http.get("/fraud_reviews", params=params))["fraud_reviews"]]
+
+    assert reward_id in found(**{"created_at[gte]": iso(created)})
+    assert reward_id in found(**{"created_at[lte]": iso(created + timedelta(seconds=1))})
+    assert reward_id not in found(**{"created_at[lte]": iso(created - timedelta(seconds=1))})
+    assert reward_id not in found(**{"created_at[gte]": iso(created + timedelta(seconds=1))})

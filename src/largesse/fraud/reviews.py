@@ -6,7 +6,7 @@ and the expiry sweep wins for a given reward.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, DateTime, Engine, bindparam, or_, select, update
+from sqlalchemy import Connection, DateTime, Engine, bindparam, func, or_, select, update
 
 from largesse import db, paging
 from largesse.catalog.models import products
@@ -71,10 +71,11 @@ def list_reviews(conn: Connection, org: str, *, offset: int, limit: int, status:
     return [_item(r, wires.get(r.reward_id)) for r in rows], total
 
 
-# The reward's created_at, looked up per review walked (a subquery evaluated for each row, on
-# both databases): a join let the planners join every review to its reward before the limit.
-_REWARD_CREATED = (select(rewards.c.created_at).where(rewards.c.id == fraud_reviews.c.reward_id)
-                   .scalar_subquery())
+# The reward's created_at: its copy on the review, read in the list's index walk (migration
+# 0022); for a row without one, the reward is looked up (COALESCE evaluates it only then).
+_REWARD_CREATED = func.coalesce(
+    fraud_reviews.c.reward_created_at,
+    select(rewards.c.created_at).where(rewards.c.id == fraud_reviews.c.reward_id).scalar_subquery())
 
 _REVIEWS = paging.Listing(
     fraud_reviews, fraud_reviews.c.organization_id == bindparam("org"), {

@@ -177,7 +177,8 @@ def evaluate(conn: Connection, *, reward, product, client: Client | None, at: da
     risk = "high" if blocked_related or len(reasons) >= 3 else "medium" if len(reasons) == 2 else "low"
     conn.execute(insert(fraud_reviews).values(
         reward_id=reward.id, organization_id=org, status=FLAGGED, reasons=reasons, risk=risk, product_id=product.id,
-        ip=ip, country=country, device_id=device, redeemed_at=at).on_conflict_do_nothing(index_elements=["reward_id"]))
+        ip=ip, country=country, device_id=device, redeemed_at=at, reward_created_at=reward.created_at,
+    ).on_conflict_do_nothing(index_elements=["reward_id"]))
     webhooks.emit(conn, org, [("REWARDS.FLAGGED", reward.id)])
     log.info("reward %s held for review: %s", reward.id, ", ".join(reasons))
     return reasons
