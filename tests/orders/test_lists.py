@@ -21,7 +21,10 @@ from tests.factories import (
 
 
 def test_orders_pagination_newest_first(org, api, http):
-    ids = [place(http, org.member_email, denomination=10 + i)["id"] for i in range(5)]
+    ids = []
+    for i in range(5):  # a millisecond apart: orders of the same millisecond are ordered by ID
+        ids.append(place(http, org.member_email, denomination=10 + i)["id"])
+        time.sleep(0.002)
     newest_first = list(reversed(ids))
     page = ok(http.get("/orders", params={"limit": 2}))
     assert page["total_count"] == 5 and [o["id"] for o in page["orders"]] == newest_first[:2]
