@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, Integer, bindparam, func, select
 
+from largesse import db
+
 # How far past the requested offset total_count counts matches (docs/api.md, "total_count at scale").
 COUNT_HORIZON = 1_000
 
@@ -63,7 +65,9 @@ def page_total(conn: Connection, counts: tuple, params: dict, *, offset: int, li
 class Listing:
     """A paged list of `table`'s rows in `order_by`, matching `where` and whichever of the
     optional `filters` a request gives (conditions on bound parameters named as the filters),
-    with the bounded total_count. Its statements are built once per set of filters given.
+    with the bounded total_count. Its statements are built once per set of filters given. A
+    page is a walk of an index in the list's order that stops after offset + limit rows, so it
+    runs under db.index_walks (PostgreSQL without statistics would sort every match instead).
 
     `key`: the column naming a row (default `table.c.id`). `joined`: for a list whose rows come
     with other tables' columns, a select of those columns and joins without WHERE or ORDER BY;
@@ -82,6 +86,7 @@ class Listing:
     def page(self, conn: Connection, params: dict, *, offset: int, limit: int) -> tuple[list, int]:
         """(rows at offset, at most limit of them; total_count); `params` binds `where` and the
         filters, a filter whose value is None being left out."""
+        db.index_walks(conn)
         counts, statement = self._statements(params)
         params = {**params, "offset": offset, "limit": limit, **count_params(offset)}
         rows = conn.execute(statement, params).all()
@@ -89,6 +94,7 @@ class Listing:
 
     def rows(self, conn: Connection, params: dict, *, offset: int, limit: int) -> list:
         """The page alone, for a list that answers no total_count."""
+        db.index_walks(conn)
         _, statement = self._statements(params)
         return conn.execute(statement, {**params, "offset": offset, "limit": limit}).all()
 

@@ -30,7 +30,8 @@ def test_total_count_is_exact_near_the_end_and_a_lower_bound_before(org, http, e
             "reward_id": reward_id, "organization_id": org.id, "status": "flagged" if i % 2 else "released",
             "reasons": ["IP on review list"], "risk": "medium", "product_id": GIFT_CARD, "ip": None, "country": None,
             "device_id": None, "redeemed_at": BASE + timedelta(minutes=i), "reviewed_by": None if i % 2 else "key",
-            "reviewed_at": None if i % 2 else BASE} for i, reward_id in enumerate(ids)])
+            "reviewed_at": None if i % 2 else BASE, "reward_created_at": BASE - timedelta(days=i)}
+            for i, reward_id in enumerate(ids)])
         for i, reward_id in enumerate(ids):
             conn.execute(update(rewards).where(rewards.c.id == reward_id).values(created_at=BASE - timedelta(days=i)))
     monkeypatch.setattr(paging, "COUNT_HORIZON", 3)

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from sqlalchemy import Connection, and_, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from largesse import db, paging
+from largesse import paging
 from largesse.connected.models import (
     connected_member_sessions,
     connected_organization_members,
@@ -109,7 +109,6 @@ def list_connected_orgs(conn: Connection, platform_id: str, *, offset: int, limi
     walk of ix_connected_organizations_platform_created_id that stops after offset + limit
     rows (db.index_walks: PostgreSQL without statistics read every row through the partial
     unique index and sorted them)."""
-    db.index_walks(conn)
     return _LIST.page(conn, {"platform_id": platform_id}, offset=offset, limit=limit)
 
 

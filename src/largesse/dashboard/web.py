@@ -15,6 +15,7 @@ import hmac
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -79,13 +80,13 @@ def number(value: int | None) -> str:
 def campaign_labels(rows) -> dict[str, str]:
     """{campaign id: the text a dropdown shows}: the name, and where two campaigns share it,
     what tells them apart (products, creation date, ID)."""
-    seen: dict[str, int] = {}
-    for row in rows:
-        key = " ".join((row.name or "").split()).casefold()
-        seen[key] = seen.get(key, 0) + 1
+    def same(row) -> str:
+        return " ".join((row.name or "").split()).casefold()
+
+    seen = Counter(same(row) for row in rows)
     labels = {}
     for row in rows:
-        if seen[" ".join((row.name or "").split()).casefold()] > 1:
+        if seen[same(row)] > 1:
             count = len(row.products or [])
             created = row.created_at.strftime("%Y-%m-%d") if row.created_at else ""
             labels[row.id] = (f"{row.name} ({count} product{'s' if count != 1 else ''}, created {created}, "

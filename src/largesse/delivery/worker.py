@@ -271,6 +271,9 @@ class Worker:
         stalled database), the rest of the batch is renewed here: what comes back is still this
         worker's, the others were taken over. Returns when the lease was last known renewed."""
         lease = self.settings.job_lease_seconds
+        renewed_at = max(leased_at, self._renewed_at)
+        if not self._unrenewed and time.monotonic() - renewed_at <= lease / 2:
+            return renewed_at  # every email of a healthy batch: nothing to look up
         pending = [c.job.id for c in rest if not c.skipped and c.job.id not in taken]
         with self._held_lock:
             found = {j for j in pending if j in self._unrenewed and j in self.held}

@@ -29,8 +29,8 @@ fraud_reviews = Table(
     Column("redeemed_at", DateTime, nullable=False),  # when the recipient chose
     Column("reviewed_by", String(40), nullable=True),  # the API key id that released or blocked
     Column("reviewed_at", DateTime, nullable=True),
-    # The reward's created_at, for GET /fraud_reviews' created_at filters (migration 0022; NULL
-    # only in rows written before it by hand: reviews.py then looks the reward up).
+    # The reward's created_at, for GET /fraud_reviews' created_at filters (migration 0022
+    # backfills it; fraud.service.evaluate writes it with the review).
     Column("reward_created_at", DateTime, nullable=True),
     # The list, newest redemption first, with or without a status: walks of these (migration 0021).
     Index("ix_fraud_reviews_org_redeemed_id", "organization_id", "redeemed_at", "reward_id", "reward_created_at"),

@@ -6,7 +6,7 @@ and the expiry sweep wins for a given reward.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, DateTime, Engine, bindparam, func, or_, select, update
+from sqlalchemy import Connection, DateTime, Engine, bindparam, or_, select, update
 
 from largesse import db, paging
 from largesse.catalog.models import products
@@ -63,7 +63,6 @@ def list_reviews(conn: Connection, org: str, *, offset: int, limit: int, status:
     created_at filter looks up each walked review's reward by its key, and only the page's
     reviews are joined to their product. Before, the exact count, the join to every review's
     reward and the sort took 20-330 ms at 100,000 reviews (docs/benchmarks.md)."""
-    db.index_walks(conn)
     rows, total = _REVIEWS.page(conn, {"org": org, "status": status, "created_gte": created_gte,
                                        "created_lte": created_lte, "redeemed_gte": redeemed_gte,
                                        "redeemed_lte": redeemed_lte}, offset=offset, limit=limit)
@@ -71,11 +70,8 @@ def list_reviews(conn: Connection, org: str, *, offset: int, limit: int, status:
     return [_item(r, wires.get(r.reward_id)) for r in rows], total
 
 
-# The reward's created_at: its copy on the review, read in the list's index walk (migration
-# 0022); for a row without one, the reward is looked up (COALESCE evaluates it only then).
-_REWARD_CREATED = func.coalesce(
-    fraud_reviews.c.reward_created_at,
-    select(rewards.c.created_at).where(rewards.c.id == fraud_reviews.c.reward_id).scalar_subquery())
+# The reward's created_at: its copy on the review (migration 0022), read in the list's index walk.
+_REWARD_CREATED = fraud_reviews.c.reward_created_at
 
 _REVIEWS = paging.Listing(
     fraud_reviews, fraud_reviews.c.organization_id == bindparam("org"), {

@@ -126,7 +126,6 @@ def balance_transactions(conn: Connection, organization_id: str, *, offset: int,
     stops after offset + limit entries, whatever the planner knows (db.index_walks); only the
     page's entries are joined to their balance and order. Joining first, both planners read
     and sorted every entry of the organization: 145-600 ms at 100,000 (docs/benchmarks.md)."""
-    db.index_walks(conn)
     return _ledger_listing().rows(conn, {"org": organization_id, "before_id": before_id, "created_gte": created_gte,
                                          "created_lte": created_lte}, offset=offset, limit=limit)
 

@@ -111,7 +111,6 @@ def list_orders(conn: Connection, org: str, *, offset: int, limit: int, campaign
     An exact count walked every order of the organization: with 100,000 orders on PostgreSQL
     right after a bulk load, 10-15 ms for the count and 24-28 ms for a page planned as a bitmap
     scan and a sort (docs/benchmarks.md); the page walks ix_orders_org_created now."""
-    db.index_walks(conn)
     return _ORDER_LIST.page(conn, {"org": org, "campaign_id": campaign_id, "external_id": external_id,
                                    "created_gte": created_gte, "created_lte": created_lte}, offset=offset, limit=limit)
 

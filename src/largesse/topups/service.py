@@ -106,7 +106,6 @@ def page(conn: Connection, org: str, *, offset: int, limit: int) -> tuple[list[d
     """Newest first; total_count bounded as every list counts (paging.bounded_count). A walk of
     ix_topups_org_created_id that stops after offset + limit top-ups (db.index_walks:
     whatever the planner knows)."""
-    db.index_walks(conn)
     rows, total = _LIST.page(conn, {"org": org}, offset=offset, limit=limit)
     return [to_wire(r) for r in rows], total
 

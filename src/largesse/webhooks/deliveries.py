@@ -57,7 +57,6 @@ def page(conn: Connection, webhook_id: str, *, limit: int, offset: int, status: 
          event_uuid: str | None = None) -> tuple[list, int]:
     """Newest first; (rows, total_count), counted as every list counts (paging.bounded_count):
     a month of a busy webhook's attempts is not walked for each page."""
-    db.index_walks(conn)
     return _LOG.page(conn, {"webhook_id": webhook_id, "status": status, "event_uuid": event_uuid},
                      offset=offset, limit=limit)
 
