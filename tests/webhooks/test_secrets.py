@@ -41,6 +41,21 @@ def test_read_only_keys_never_see_the_signing_key(org, http, engine, receiver):
     assert org.api().get_webhook(created["id"]).webhook.private_key == created["private_key"]
 
 
+
+def test_read_only_keys_see_the_url_without_its_secrets(org, http, engine, receiver):
+    """A password or a ?token= in the webhook's URL is a credential of the receiver: read-only
+    keys (reporting tools) get the URL with both masked; read-write keys get it as set."""
+    secret_url = receiver.url.replace("http://", "http://hook:pa55word@", 1) + "?token=t0ken&team=7"
+    created = http.post("/webhooks", json={"url": secret_url}).json()["webhook"]
+    assert created["url"] == secret_url
+    key = _read_only_key(engine, org)
+    client = TremendousApi(ApiClient(Configuration(host=f"{org.base_url}/api/v2", access_token=key)))
+    masked = receiver.url.replace("http://", "http://hook:***@", 1) + "?token=***&team=7"
+    assert client.get_webhook(created["id"]).webhook.url == masked
+    assert client.list_webhooks().webhooks[0].url == masked
+    assert org.api().get_webhook(created["id"]).webhook.url == secret_url
+
+
 SCAN_FILES = """
 import sqlite3, sys
 from pathlib import Path

@@ -51,6 +51,11 @@ def redact(text: str) -> str:
     return text
 
 
+def redact_url(url: str) -> str:
+    """url with its password and secret-named query parameters masked (https://user:***@host/?token=***)."""
+    return _QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", url))
+
+
 def mask_email(address: str) -> str:
     """j***@example.com, for messages that name a recipient on purpose."""
     local, at, domain = address.partition("@")

@@ -18,6 +18,7 @@ from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
 from largesse.ids import new_id
+from largesse.ops import logs
 from largesse.timeutil import iso, utcnow
 from largesse.webhooks import crypto, signatures
 from largesse.webhooks.models import webhook_deliveries, webhooks
@@ -142,12 +143,12 @@ def reencrypt_all(engine: Engine, settings: Settings) -> tuple[int, int, list[st
 def to_wire(row, private_key: str | None) -> dict:
     """The Webhook object. private_key (and its Standard Webhooks form, signing_secret) only
     for callers allowed to see it: omitted for read-only API keys (the client's Webhook model
-    has private_key optional)."""
-    wire = {"id": row.id, "url": row.url}
-    if private_key is not None:
-        wire["private_key"] = private_key
-        wire["signing_secret"] = signatures.standard_secret(private_key)
-    return wire
+    has private_key optional), who see the URL without its secrets too (a password in it, a
+    ?token= parameter: logs.redact_url)."""
+    if private_key is None:
+        return {"id": row.id, "url": logs.redact_url(row.url)}
+    return {"id": row.id, "url": row.url, "private_key": private_key,
+            "signing_secret": signatures.standard_secret(private_key)}
 
 
 def emit(conn: Connection, organization_id: str, events: list[tuple[str, str]], *,
