@@ -89,7 +89,9 @@ def test_an_organization_whose_currency_no_product_offers_sends_in_another(engin
         summary = send_one(client, data, confirm=False)
         text = text_of(summary.text)
         assert summary.status_code == 200 and "Reward value 10.00 USD" in text, text
-        assert re.search(r"Amount, converted [\d,]+ JPY", text) and "Total charged to the balance" in text
+        converted = re.search(r"Amount, converted ([\d,]+) JPY", text)
+        charged = re.search(r"Total charged to the balance ([\d,]+) JPY", text)
+        assert converted and charged, text
         placed = send_one(client, data)
         assert placed.status_code == 303, text_of(placed.text)
         order_id = placed.headers["location"].rsplit("/", 1)[1]
@@ -99,6 +101,9 @@ def test_an_organization_whose_currency_no_product_offers_sends_in_another(engin
         order = ok(api.get(f"/orders/{order_id}"))["order"]
     assert order["payment"]["currency_code"] == "JPY"
     assert order["rewards"][0]["value"] == {"denomination": 10.0, "currency_code": "USD"}
+    # The summary showed what the order then charged, in yen (not the 10.00 USD as "10 JPY").
+    assert int(converted.group(1).replace(",", "")) == order["payment"]["subtotal"] > 100
+    assert int(charged.group(1).replace(",", "")) == order["payment"]["total"]
 
 
 def test_overview_shows_balance_and_this_months_rewards(admin, http, org):

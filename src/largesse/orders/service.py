@@ -125,9 +125,11 @@ def preview_order_as_member(engine: Engine, *, settings: Settings, organization_
         available = funding.available(conn, plan.funding_source_id)
     problems = plan.errors.not_found + plan.errors.items
     bad = {loc[1] for loc, _ in problems if len(loc) > 1 and loc[0] == "rewards"}
-    valid = [r for i, r in enumerate(plan.reward_rows) if i not in bad]
-    return OrderPreview(problems=problems, subtotal_cents=sum(r["denomination_cents"] for r in valid),
-                        fees_cents=sum(r["fee_cents"] for r in valid), available_cents=available,
+    # In the balance's currency, as the order would be charged (a converted reward's value and
+    # fee are in its own currency on its row).
+    valid = [cost for i, cost in enumerate(plan.costs) if i not in bad]
+    return OrderPreview(problems=problems, subtotal_cents=sum(value for value, _ in valid),
+                        fees_cents=sum(fee for _, fee in valid), available_cents=available,
                         currency_code=plan.order_row["currency_code"],
                         needs_approval=plan.order_row["status"] == approvals.PENDING)
 
@@ -324,6 +326,7 @@ class _Plan:
     link_reward_ids: list[str]
     funding_source_id: str
     errors: _Errors  # raised by the caller (_place); a preview reads them instead
+    costs: list[tuple[int, int]]  # each reward's (value, fee) in the balance's currency, converted
 
 
 def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, probes: _Probes, body: CreateOrderIn,
@@ -364,6 +367,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
     # created_at and are read back by (created_at, id), so they come back in the request's order.
     reward_ids = iter(sorted(new_id() for _ in reward_inputs))
     reward_rows, field_rows, job_rows, link_ids = [], [], [], []
+    costs: list[tuple[int, int]] = []
     field_values: dict[str, list[dict]] = {}
     subtotal = fees = 0
     for loc, r in reward_inputs:
@@ -423,10 +427,10 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         if fx is not None and not problem:  # amounts in the balance's currency; the reward keeps its own
             charged, converted = fx.charge(cents + fee), fx.charge(cents)
             fx_subtotal, fx_fees = fx_subtotal + cents, fx_fees + fee
-            subtotal, fees = subtotal + converted, fees + charged - converted
+            costs.append((converted, charged - converted))
         else:
-            subtotal += cents
-            fees += fee
+            costs.append((cents, fee))
+        subtotal, fees = subtotal + costs[-1][0], fees + costs[-1][1]
         scheduled = r.deliver_at is not None and r.deliver_at > today and method != "LINK"
         expiry_days = (campaign.reward_expiry_days if campaign and campaign.reward_expiry_days
                        else caller.reward_expiry_days or settings.reward_expiry_days)
@@ -477,7 +481,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         order_row.update(fx_currency_code=fx.source, fx_rate=str(fx.rate), fx_rate_date=fx.rate_date,
                          fx_subtotal_cents=fx_subtotal, fx_fees_cents=fx_fees,
                          fx_total_cents=fx_subtotal + fx_fees)
-    return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, balance_id, errors)
+    return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, balance_id, errors, costs)
 
 
 def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) -> list[tuple]:
