@@ -83,6 +83,9 @@ def test_search_rewards_by_a_non_ascii_label(org, http):
     assert len(found({"De\u0301partement": "Lyon"})) == 2  # decomposed é: the same label (NFC)
     assert found({"Département": "Lyon", "Größe": "M"}) == [medium]
     assert found({"Größe": "S"}) == [] and found({"Grösse": "M"}) == []
+    # A repeated label is one filter, its last value (as every repeated query parameter is).
+    assert found([("Größe", "XL"), ("Größe", "M")]) == [medium]
+    assert len(found([("Département", "Paris"), ("De\u0301partement", "Lyon")])) == 2
     reward = ok(http.get(f"/rewards/{medium}"))["reward"]
     assert {f["label"]: f["value"] for f in reward["custom_fields"]} == {"Größe": "M", "Département": "Lyon"}
 

@@ -151,6 +151,13 @@ def test_an_order_converts_from_one_currency(org, http):
     errors = error(http.post("/orders", json=body), 400)
     assert "currency_code" in errors["payload"]["rewards"]["1"]["value"]
     assert ok(http.get("/orders"))["total_count"] == 0
+    # A reward in the balance's own currency beside a converted one: the message names the
+    # order's currency (it read "converted from USD to USD").
+    usd = order_body(org.member_email, products=[TRAVEL_MULTI])["reward"]
+    body["rewards"] = [usd, _eur_body(org.member_email)["reward"]]
+    errors = error(http.post("/orders", json=body), 400)
+    assert errors["payload"]["rewards"]["1"]["value"]["currency_code"] == [
+        "must be USD, the currency of this order's other rewards: the rewards of one order share one currency"]
 
 
 def test_forex_import_replaces_the_set(org, api, http, cli, tmp_path, default_rates):

@@ -67,8 +67,8 @@ class Converter:
     def problem(self, currency: str) -> str | None:
         """Why rewards in `currency` cannot be paid from this balance, or None (then rate is set)."""
         if self.source is not None and currency != self.source:
-            return (f"must be {self.source}: the rewards of an order converted from {self.source} to "
-                    f"{self.target} share one currency")
+            return (f"must be {self.source}, the currency of this order's other rewards: the rewards of "
+                    f"one order share one currency")
         if self.rate is None:
             self._rates = self._rates or forex.current(self.conn)
             found = forex.cross_rate(self._rates, currency, self.target)

@@ -124,10 +124,13 @@ async def list_rewards(request: Request):
     engine, settings = request.app.state.engine, request.app.state.settings
     try:
         offset, limit = REWARDS_PAGING.read(request)
-        filters = [
-            (fields_service.label_of(clean_text(k, "label", max_length=100)), clean_text(v, k[:100], max_length=1000))
+        # One value per label (the label as fields_service folds it), the last one given: as for
+        # every query parameter (docs/api.md), a repeated filter is not two conditions.
+        filters = list({
+            label: (label, clean_text(v, k[:100], max_length=1000))
             for k, v in request.query_params.multi_items() if k not in PAGINATION
-        ]
+            for label in (fields_service.label_of(clean_text(k, "label", max_length=100)),)
+        }.values())
         for name, _ in filters:
             if not fields_service.can_be_label(name):  # e.g. created_at[gte]: a filter this list has not
                 raise BadRequest(f"{echoable(name)} is not a filter of this list: GET /rewards filters by "
