@@ -94,6 +94,39 @@ def test_campaign_without_products_and_no_products_is_refused(org, http):
     assert "products" in errors["payload"]["reward"]
 
 
+def test_a_campaign_offers_its_products_that_take_the_rewards_currency_and_value(org, api, http):
+    """Spec rule 1 with a campaign of several currencies and ranges: the reward offers the
+    campaign's products that take it, and is refused only when none does."""
+    campaign = make_campaign(http, products=[PIXEL_ARCADE, GIFT_CARD_GBP, TRAVEL_MULTI])  # USD 5..100, GBP, USD 25..
+
+    def offered(denomination) -> list[str]:
+        return place(http, org.member_email, products=None, campaign_id=campaign["id"],
+                     denomination=denomination)["rewards"][0]["products"]
+
+    assert offered(10) == [PIXEL_ARCADE]
+    assert offered(50) == [PIXEL_ARCADE, TRAVEL_MULTI]
+    assert offered(500) == [TRAVEL_MULTI]
+    before = snapshot(http)
+    too_much = order_body(org.member_email, products=None, campaign_id=campaign["id"], denomination=5000)
+    assert error(http.post("/orders", json=too_much), 400)["payload"]["reward"]["value"]["denomination"] == [
+        f"no product of campaign {campaign['id']} takes this value: their ranges lie between 5.00 and 1000.00 USD"]
+    only_gbp = make_campaign(http, products=[GIFT_CARD_GBP])
+    refused = error(http.post("/orders", json=order_body(org.member_email, products=None,
+                                                         campaign_id=only_gbp["id"])), 400)
+    assert refused["payload"]["reward"]["campaign_id"] == [
+        f"none of campaign {only_gbp['id']}'s products is offered in USD"]
+    assert snapshot(http) == before
+    # Products named in the request are each checked: one that does not take the reward refuses it.
+    named = order_body(org.member_email, products=[PIXEL_ARCADE, GIFT_CARD_GBP], campaign_id=campaign["id"],
+                       denomination=10)
+    assert "products" in error(http.post("/orders", json=named), 400)["payload"]["reward"]
+    # A campaign made from ALL_FEE_FREE (products of four currencies) sends in USD.
+    fee_free = ok(http.post("/campaigns", json={"name": "All fee-free", "products": ["ALL_FEE_FREE"]}))["campaign"]
+    order = client_order(api, order_body(org.member_email, products=None, campaign_id=fee_free["id"]))
+    offered = ok(http.get(f"/rewards/{order.rewards[0].id}"))["reward"]["products"]
+    assert offered and set(offered) < set(fee_free["products"])
+
+
 def test_custom_fields_stored_and_read_back_with_label(org, api, http):
     from tremendous import CreateFieldRequest
 

@@ -386,7 +386,9 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
             errors.add(loc + ("value", "currency_code"), problem)
         if not offered:
             errors.add(loc + ("products",), "no products: send products or a campaign that has some")
-        for pid in offered:
+        elif not r.products:
+            offered = _campaign_offer(errors, loc, campaign, catalog_rows, reward_currency, cents)
+        for pid in offered if r.products else ():
             product = catalog_rows.get(pid)
             if product is None:
                 errors.missing(loc + ("products",), f"product {pid} not found")
@@ -482,6 +484,26 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
                          fx_subtotal_cents=fx_subtotal, fx_fees_cents=fx_fees,
                          fx_total_cents=fx_subtotal + fx_fees)
     return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, balance_id, errors, costs)
+
+
+def _campaign_offer(errors: _Errors, loc: tuple, campaign, catalog_rows: dict, currency: str, cents: int) -> list[str]:
+    """The campaign's products that take this reward (spec rule 1): those offered in its currency
+    whose range holds its value. A campaign may hold products of several currencies and ranges
+    (ALL_FEE_FREE does); the reward offers the ones that fit, and is refused only when none does.
+    Products the request names itself are checked one by one instead (each must fit)."""
+    in_currency = [(pid, band) for pid in campaign.products
+                   if (product := catalog_rows.get(pid)) is not None
+                   and (band := catalog.band_for(product, currency)) is not None]
+    if not in_currency:
+        errors.add(loc + ("campaign_id",), f"none of campaign {campaign.id}'s products is offered in {currency}")
+        return []
+    fitting = [pid for pid, band in in_currency if not cents or band["min_cents"] <= cents <= band["max_cents"]]
+    if not fitting:
+        low, high = min(b["min_cents"] for _, b in in_currency), max(b["max_cents"] for _, b in in_currency)
+        errors.add(loc + ("value", "denomination"),
+                   f"no product of campaign {campaign.id} takes this value: their ranges lie between "
+                   f"{format_amount(low)} and {format_amount(high)} {currency}")
+    return fitting
 
 
 def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) -> list[tuple]:
