@@ -15,6 +15,8 @@ from largesse import auth, db
 from largesse.migrate import alembic_config, upgrade
 from largesse.webhooks import crypto
 from largesse.webhooks.models import webhooks
+from tests.delivery.conftest import wait_for
+from tests.webhooks.kit import settle
 
 
 def _read_only_key(engine, org) -> str:
@@ -42,7 +44,7 @@ def test_read_only_keys_never_see_the_signing_key(org, http, engine, receiver):
 
 
 
-def test_read_only_keys_see_the_url_without_its_secrets(org, http, engine, receiver):
+def test_read_only_keys_see_the_url_without_its_secrets(org, http, engine, receiver, fast):
     """A password or a ?token= in the webhook's URL is a credential of the receiver: read-only
     keys (reporting tools) get the URL with both masked; read-write keys get it as set."""
     secret_url = receiver.url.replace("http://", "http://hook:pa55word@", 1) + "?token=t0ken&team=7"
@@ -54,6 +56,17 @@ def test_read_only_keys_see_the_url_without_its_secrets(org, http, engine, recei
     assert client.get_webhook(created["id"]).webhook.url == masked
     assert client.list_webhooks().webhooks[0].url == masked
     assert org.api().get_webhook(created["id"]).webhook.url == secret_url
+    # The delivery log names the URL of each attempt: masked alike.
+    settings = fast()
+    settle(engine, settings)
+    http.post(f"/webhooks/{created['id']}/simulate", json={"event": "ORDERS.CREATED"})
+    log = f"/webhooks/{created['id']}/deliveries"
+    wait_for(lambda: http.get(log).json()["total_count"] == 1, settings=settings, engine=engine)
+    attempt = http.get(log).json()["deliveries"][0]
+    assert attempt["url"] == secret_url
+    with httpx.Client(base_url=f"{org.base_url}/api/v2", headers={"Authorization": f"Bearer {key}"}) as ro:
+        assert ro.get(log).json()["deliveries"][0]["url"] == masked
+        assert ro.get(f"{log}/{attempt['id']}").json()["delivery"]["url"] == masked
 
 
 SCAN_FILES = """

@@ -119,7 +119,9 @@ def list_deliveries(webhook_id: str, request: Request, caller: CallerDep, engine
         service.get_or_404(conn, caller.organization_id, webhook_id)
         rows, total = deliveries.page(conn, webhook_id, limit=limit, offset=offset, status=status,
                                       event_uuid=event_uuid)
-    return json_response({"deliveries": [deliveries.to_wire(r) for r in rows], "total_count": total})
+    redact = caller.permission == "read_only"
+    return json_response({"deliveries": [deliveries.to_wire(r, redact_url=redact) for r in rows],
+                          "total_count": total})
 
 
 @router.get("/webhooks/{webhook_id}/deliveries/{delivery_id}")
@@ -129,7 +131,7 @@ def get_delivery(webhook_id: str, delivery_id: str, caller: CallerDep, engine: E
     with db.read(engine) as conn:
         service.get_or_404(conn, caller.organization_id, webhook_id)
         row = deliveries.get_or_404(conn, caller.organization_id, webhook_id, delivery_id)
-    return json_response({"delivery": deliveries.to_wire(row)})
+    return json_response({"delivery": deliveries.to_wire(row, redact_url=caller.permission == "read_only")})
 
 
 @router.post("/webhooks/{webhook_id}/deliveries/{delivery_id}/resend")
