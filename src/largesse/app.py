@@ -87,7 +87,8 @@ class RequestGuard:
 
     - API requests without a Bearer Authorization header answer 401 at once, so an
       anonymous caller learns nothing about routes or body validation.
-    - Bodies over MAX_BODY_BYTES are refused: by Content-Length up front, or while streaming.
+    - Bodies over MAX_BODY_BYTES answer 413: by Content-Length up front; a chunked body (no
+      length) is read here first, up to the limit.
     """
 
     def __init__(self, app):
@@ -101,6 +102,7 @@ class RequestGuard:
             if not authorization[:7].lower() == b"bearer " or not authorization[7:].strip():
                 return await _error(401, "Missing or malformed Authorization header; send "
                                          "'Authorization: Bearer <API key>'")(scope, receive, send)
+        chunked = False
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.isdigit():
@@ -108,17 +110,39 @@ class RequestGuard:
                 if int(value) > MAX_BODY_BYTES:
                     return await _error(413, f"Request body larger than {MAX_BODY_BYTES} bytes")(
                         scope, receive, send)
-        seen = 0
+                break  # the server delivers exactly that many bytes
+            if name == b"transfer-encoding":
+                chunked = True
+        else:
+            if chunked:  # no length up front: read it here, so an oversized body is a 413 too
+                return await self._buffered(scope, receive, send)
+        return await self.app(scope, receive, send)
 
-        async def limited_receive():
-            nonlocal seen
+    async def _buffered(self, scope, receive, send):
+        """A body without Content-Length, read whole (at most MAX_BODY_BYTES) before the app
+        sees it: the app's JSON and form readers then never meet a limit halfway through."""
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
+            if message["type"] != "http.request":
+                return None  # the client went away
+            chunk = message.get("body", b"")
+            seen += len(chunk)
             if seen > MAX_BODY_BYTES:
-                raise ApiError(f"Request body larger than {MAX_BODY_BYTES} bytes")
-            return message
+                return await _error(413, f"Request body larger than {MAX_BODY_BYTES} bytes")(scope, receive, send)
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        body, replayed = b"".join(chunks), False
 
-        return await self.app(scope, limited_receive, send)
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: the disconnect, when it comes
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
 
 
 def _serve_api_docs(app: FastAPI) -> None:
