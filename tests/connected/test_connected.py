@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 from tremendous import (
     CreateConnectedOrganizationMemberRequest,
     CreateConnectedOrganizationMemberSessionRequest,
@@ -22,6 +22,7 @@ from tremendous.exceptions import BadRequestException, NotFoundException, Unauth
 from largesse import auth, db
 from largesse.connected.models import connected_member_sessions
 from largesse.delivery.models import jobs
+from largesse.orgs.models import members
 from largesse.timeutil import utcnow
 from tests.conftest import Org
 from tests.factories import error
@@ -242,9 +243,23 @@ def test_deleting_the_connection_ends_links_and_keys(org, api, engine):
         _, key = auth.issue_key(conn, organization_id=connected.organization.id)
     customer = Org(connected.organization.id, key, "", "", org.base_url).api()
     assert customer.list_members().members[0].email == "alice@customer.example.com"
+    signed_in = httpx.Client(base_url=org.base_url)  # Alice, in the dashboard through the platform
+    action, csrf = _confirm(signed_in, _session(api, member.id).url)
+    assert signed_in.post(action, data={"csrf_token": csrf}).status_code == 200
+    assert signed_in.get("/dashboard/developers").status_code == 200
     api.delete_connected_organization(connected.id)
     with httpx.Client(base_url=org.base_url) as browser:
         assert browser.get(session.url).status_code == 404
+    # Her session ended with the connection: no page, no new API key.
+    try:
+        for path in ("/dashboard", "/dashboard/developers"):
+            page = signed_in.get(path)
+            assert page.status_code == 303 and "/dashboard/signin" in page.headers["location"], path
+    finally:
+        signed_in.close()
+    with db.read(engine) as conn:
+        assert conn.execute(select(members.c.id).where(
+            members.c.organization_id == connected.organization.id)).first() is None
     with pytest.raises(NotFoundException):
         _session(api, member.id)
     with pytest.raises(UnauthorizedException):

@@ -118,9 +118,11 @@ _LIST = paging.Listing(
 
 
 def delete_connected_org(conn: Connection, platform_id: str, connected_id: str):
-    """End the connection: the connected organization's API keys are revoked, its members' sign-in
-    links die, and it leaves the platform's lists. The organization itself, its balance and its
-    ledger stay (money is never deleted). Returns the row as it was."""
+    """End the connection: the connected organization's API keys are revoked, its members are
+    removed (their dashboard sessions and sign-in links die with them: a platform's user kept
+    signing in to the dashboard, and issuing keys there), and it leaves the platform's lists.
+    The organization itself, its balance and its ledger stay (money is never deleted); the
+    operator's CLI still reaches them. Returns the row as it was."""
     row = get_connected_org(conn, platform_id, connected_id)
     now = utcnow()
     ended = conn.execute(update(_CO).where(_CO.c.id == connected_id, _CO.c.deleted_at.is_(None))
@@ -133,6 +135,9 @@ def delete_connected_org(conn: Connection, platform_id: str, connected_id: str):
                  .values(deleted_at=now))
     conn.execute(update(_SESSIONS).where(_SESSIONS.c.organization_id == row.organization_id,
                                          _SESSIONS.c.revoked_at.is_(None)).values(revoked_at=now))
+    for member_id in conn.execute(select(members.c.id).where(members.c.organization_id == row.organization_id)
+                                  .order_by(members.c.id)).scalars().all():
+        orgs.remove_member_in(conn, row.organization_id, member_id, keep_last_admin=False)
     return row
 
 
