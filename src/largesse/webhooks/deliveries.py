@@ -49,7 +49,8 @@ def to_wire(row, *, redact_url: bool = False) -> dict:
     """One attempt; redact_url: its URL without secrets (read-only keys, as service.to_wire)."""
     return {
         "id": row.id, "webhook_id": row.webhook_id, "event": row.event, "event_uuid": row.event_uuid,
-        "url": logs.redact_url(row.url) if redact_url else row.url, "attempt": row.attempt, "status": row.status, "will_retry": bool(row.will_retry),
+        "url": logs.redact_url(row.url) if redact_url else row.url,
+        "attempt": row.attempt, "status": row.status, "will_retry": bool(row.will_retry),
         "response_status": row.response_status, "duration_ms": row.duration_ms, "error": row.error,
         "started_at": iso(row.started_at), "finished_at": iso(row.finished_at),
     }
