@@ -1,8 +1,10 @@
 """Webhooks: management through the official client, signed deliveries to a real HTTP receiver."""
 
+import concurrent.futures
 import hashlib
 import hmac
 import json
+import threading
 
 import pytest
 from tremendous import CreateWebhookRequest, SimulateWebhookRequest
@@ -30,6 +32,24 @@ def test_manage_webhook_with_the_client(api, other_org, receiver):
     assert api.list_webhooks().webhooks == []
     with pytest.raises(NotFoundException):
         api.get_webhook(hook.id)
+
+
+def test_concurrent_creates_make_one_webhook(org, receiver):
+    """One webhook per organization, also when several POST /webhooks race (on PostgreSQL two
+    inserts met the unique constraint: 500)."""
+    barrier = threading.Barrier(8)
+
+    def create(i: int) -> dict:
+        with org.http() as http:
+            barrier.wait()
+            return ok(http.post("/webhooks", json={"url": f"{receiver.url}/{i}"}))["webhook"]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        created = list(pool.map(create, range(8)))
+    assert len({hook["id"] for hook in created}) == 1 and len({hook["private_key"] for hook in created}) == 1
+    with org.http() as http:
+        (hook,) = ok(http.get("/webhooks"))["webhooks"]
+    assert hook["id"] == created[0]["id"] and hook["url"] in {f"{receiver.url}/{i}" for i in range(8)}
 
 
 @pytest.mark.parametrize("body", [{}, {"event": 1}, {"event": None}, "not json"])

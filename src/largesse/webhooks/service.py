@@ -80,16 +80,15 @@ def get_or_404(conn: Connection, organization_id: str, webhook_id: str):
 
 def upsert(conn: Connection, organization_id: str, url: str, box: crypto.KeyBox):
     """Create the organization's webhook, or point the existing one at a new URL (same key).
-    A new signing key is stored only encrypted (webhooks/crypto.py)."""
+    A new signing key is stored only encrypted (webhooks/crypto.py). One statement (INSERT ...
+    ON CONFLICT on the organization's unique webhook), so concurrent calls cannot both insert
+    (two POST /webhooks at once on PostgreSQL answered 500 on the unique constraint)."""
     now = utcnow()
-    current = for_org(conn, organization_id)
-    if current is None:
-        conn.execute(webhooks.insert().values(
-            id=new_id(), organization_id=organization_id, url=url, private_key=None,
-            private_key_encrypted=box.encrypt(secrets.token_hex(32)), created_at=now, updated_at=now,
-        ))
-    else:
-        conn.execute(webhooks.update().where(webhooks.c.id == current.id).values(url=url, updated_at=now))
+    insert = db.upsert_insert(conn)
+    conn.execute(insert(webhooks).values(
+        id=new_id(), organization_id=organization_id, url=url, private_key=None,
+        private_key_encrypted=box.encrypt(secrets.token_hex(32)), created_at=now, updated_at=now,
+    ).on_conflict_do_update(index_elements=["organization_id"], set_={"url": url, "updated_at": now}))
     return for_org(conn, organization_id)
 
 
