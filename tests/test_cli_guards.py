@@ -148,6 +148,29 @@ def test_an_unusable_database_url_is_one_line_without_its_password(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(("name", "value", "expected"), [
+    ("LARGESSE_CANCEL_ANY_UNREDEEMED", "2", None),  # was read as on, as "False" was
+    ("LARGESSE_RUN_WORKER", "maybe", None),
+    ("LARGESSE_WEBHOOK_ALLOW_PRIVATE", "enabled", None),
+    ("LARGESSE_REWARD_EXPIRY_DAYS", "-3", "from 1 to 3650"),  # rewards created already expired
+    ("LARGESSE_REWARD_EXPIRY_DAYS", "3000000", "from 1 to 3650"),  # past year 9999: every order a 500
+])
+def test_a_setting_out_of_its_values_is_one_line(tmp_path, name, value, expected):
+    line = _one_line_error(_run(tmp_path, "org", "list", env={name: value}))
+    assert name in line and repr(value) in line and (expected is None or expected in line), line
+
+
+def test_on_off_settings_take_any_capitals():
+    from largesse.config import Settings
+
+    for off in ("0", "false", "False", "NO", "off"):
+        settings = Settings.from_env({"LARGESSE_CANCEL_ANY_UNREDEEMED": off, "LARGESSE_RUN_WORKER": off})
+        assert settings.cancel_any_unredeemed is False and settings.run_worker is False, off
+    for on in ("1", "TRUE", "Yes", "on"):
+        settings = Settings.from_env({"LARGESSE_CANCEL_ANY_UNREDEEMED": on, "LARGESSE_WEBHOOK_ALLOW_PRIVATE": on})
+        assert settings.cancel_any_unredeemed is True and settings.webhook_allow_private is True, on
+
+
 # --- items 3 and 4: whole numbers and fees -------------------------------------------------------
 
 def _fees(engine, org_id: str) -> tuple[int, int]:

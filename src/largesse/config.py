@@ -143,8 +143,8 @@ class Settings:
             mail_from=get("MAIL_FROM", "rewards@largesse.localhost"),
             mail_from_name=get("MAIL_FROM_NAME", "Largesse Rewards"),
             sms_url=get("SMS_URL"),
-            run_worker=get("RUN_WORKER", "1") not in ("0", "false", "no"),
-            cancel_any_unredeemed=get("CANCEL_ANY_UNREDEEMED", "0") not in ("0", "false", "no", ""),
+            run_worker=_flag(get("RUN_WORKER", "1"), "RUN_WORKER"),
+            cancel_any_unredeemed=_flag(get("CANCEL_ANY_UNREDEEMED", "0"), "CANCEL_ANY_UNREDEEMED"),
             delivery_processes=int(get("DELIVERY_PROCESSES", "1")),
             delivery_nice=_niceness(get("DELIVERY_NICE", "10")),
             delivery_yield_seconds=float(get("DELIVERY_YIELD_SECONDS", "10")),
@@ -159,10 +159,10 @@ class Settings:
             job_retention_days=_days(get("JOB_RETENTION_DAYS", "30"), "JOB_RETENTION_DAYS"),
             smtp_timeout_seconds=float(get("SMTP_TIMEOUT_SECONDS", "30")),
             smtp_ca_file=get("SMTP_CA_FILE"),
-            reward_expiry_days=int(expiry) if expiry else None,
+            reward_expiry_days=_expiry_days(expiry) if expiry else None,
             secret_key=get("SECRET_KEY"),
             webhook_timeout_seconds=float(get("WEBHOOK_TIMEOUT_SECONDS", "10")),
-            webhook_allow_private=get("WEBHOOK_ALLOW_PRIVATE", "0").lower() in ("1", "true", "yes"),
+            webhook_allow_private=_flag(get("WEBHOOK_ALLOW_PRIVATE", "0"), "WEBHOOK_ALLOW_PRIVATE"),
             api_rate_limit_per_key=int(get("API_RATE_LIMIT_PER_KEY", "60000")),
             api_rate_limit_per_org=int(get("API_RATE_LIMIT_PER_ORG", "120000")),
             api_rate_limit_sync_seconds=float(get("API_RATE_LIMIT_SYNC_SECONDS", "1")),
@@ -170,7 +170,7 @@ class Settings:
             log_level=_choice(get("LOG_LEVEL", "INFO").upper(), "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR")),
             db_timeout_seconds=float(get("DB_TIMEOUT_SECONDS", "1.5")),
             db_statement_timeout_seconds=float(get("DB_STATEMENT_TIMEOUT_SECONDS", "10")),
-            opentelemetry=get("OPENTELEMETRY", "0").lower() in ("1", "true", "yes"),
+            opentelemetry=_flag(get("OPENTELEMETRY", "0"), "OPENTELEMETRY"),
             db_concurrency=_positive(get("DB_CONCURRENCY", str(_default_db_concurrency())), "DB_CONCURRENCY"),
             api_processes=_positive(get("API_PROCESSES", "1"), "API_PROCESSES"),
         )
@@ -195,6 +195,30 @@ def _positive(raw: str, name: str) -> int:
 def _days(raw: str, name: str) -> int:
     if not raw.isdigit():
         raise ValueError(f"LARGESSE_{name} must be a whole number of days (0: never), not {raw!r}")
+    return int(raw)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _flag(raw: str, name: str) -> bool:
+    """An on/off setting, in any capitals; anything else is refused rather than guessed (a
+    `False` read as on turned LARGESSE_CANCEL_ANY_UNREDEEMED on)."""
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise ValueError(f"LARGESSE_{name} must be one of {'/'.join(_TRUE)} (on) or {'/'.join(_FALSE)} (off), "
+                     f"not {raw!r}")
+
+
+MAX_EXPIRY_DAYS = 3650
+
+
+def _expiry_days(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_EXPIRY_DAYS:
+        raise ValueError(f"LARGESSE_REWARD_EXPIRY_DAYS must be a number of days from 1 to {MAX_EXPIRY_DAYS} "
+                         f"(unset: rewards never expire), not {raw!r}")
     return int(raw)
 
 
