@@ -428,17 +428,18 @@ def write(engine: Engine, *, one_write_statement: bool = False) -> Iterator[Conn
             lock.release()
 
 
-def owned_or_404(conn: Connection, table, organization_id: str, row_id: str, noun: str):
+def owned_or_404(conn: Connection, table, organization_id: str, row_id: str, noun: str, *,
+                 for_update: bool = False):
     """The row of `table` with this id *and* the caller's organization, or 404.
 
     Every client resource is looked up this way: another organization's id is
-    indistinguishable from an unknown one.
+    indistinguishable from an unknown one. for_update: locked until the transaction ends, for
+    a read-modify-write (PostgreSQL; SQLite's writer already holds the database).
     """
     from largesse.errors import NotFound
 
-    row = conn.execute(
-        table.select().where(table.c.organization_id == organization_id, table.c.id == row_id)
-    ).first()
+    statement = table.select().where(table.c.organization_id == organization_id, table.c.id == row_id)
+    row = conn.execute(statement.with_for_update() if for_update else statement).first()
     if row is None:
         raise NotFound(f"{noun} {row_id} not found", {"id": ["not found"]})
     return row

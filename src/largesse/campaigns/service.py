@@ -23,8 +23,8 @@ def get(conn: Connection, organization_id: str, campaign_id: str):
     ).first()
 
 
-def get_or_404(conn: Connection, organization_id: str, campaign_id: str):
-    return db.owned_or_404(conn, campaigns, organization_id, campaign_id, "Campaign")
+def get_or_404(conn: Connection, organization_id: str, campaign_id: str, *, for_update: bool = False):
+    return db.owned_or_404(conn, campaigns, organization_id, campaign_id, "Campaign", for_update=for_update)
 
 
 def get_many(conn: Connection, organization_id: str, ids) -> dict:
@@ -134,8 +134,9 @@ def update(conn: Connection, organization_id: str, campaign_id: str, changes: di
     """Change the keys given; an absent key keeps its value. `null` clears a nullable key
     (NULLABLE); name and products cannot be null (422, as on create); a null fee_charged_to
     keeps the current value, as a null one on create means the default: the official client
-    sends it as null from every UpdateCampaignRequest.from_dict()."""
-    current = get_or_404(conn, organization_id, campaign_id)
+    sends it as null from every UpdateCampaignRequest.from_dict(). The row is locked while it
+    is merged (styles keep the keys a concurrent update set)."""
+    current = get_or_404(conn, organization_id, campaign_id, for_update=True)
     for key in REQUIRED:
         if key in changes and changes[key] is None:
             raise Unprocessable(f"{key} can't be null", {key: ["can't be null"]})
