@@ -81,7 +81,7 @@ def test_concurrent_style_updates_keep_each_others_keys(org):
         with org.http() as http:
             campaign_id = make_campaign(http)["id"]
         with concurrent.futures.ThreadPoolExecutor(len(updates)) as pool:
-            assert list(pool.map(lambda body: put(campaign_id, body), updates)) == [200] * len(updates)
+            assert list(pool.map(put, [campaign_id] * len(updates), updates)) == [200] * len(updates)
         with org.http() as http:
             stored = ok(http.get(f"/campaigns/{campaign_id}"))["campaign"]
         assert stored["webpage_style"] == {"headline": "H", "message": "M", "background_color": "#111111",
