@@ -65,6 +65,9 @@ def test_added_member_becomes_an_allowed_recipient(org, http, cli):
     ok(http.post("/orders", json=order_body(viewer)))
     refused = cli("members", "add", "--org", org.id, "--email", "x@example.com", "--role", "OWNER", check=False)
     assert refused.returncode == 1 and "Unknown role" in refused.stderr
+    # The address rule of POST /members (it only checked for an "@").
+    refused = cli("members", "add", "--org", org.id, "--email", "not an@address", check=False)
+    assert refused.returncode == 1 and "is not a valid email address" in refused.stderr
 
 
 def test_keys_create_list_revoke(org, cli):

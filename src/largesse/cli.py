@@ -313,19 +313,15 @@ def members_add(org: OrgOption, email: Annotated[str, typer.Option("--email")],
                 as_json: JsonFlag = False):
     """Add a member (in the sandbox, members are the only allowed recipients)."""
     from largesse.errors import ApiError
-    from largesse.orgs import roles
     from largesse.orgs import service as orgs
 
-    try:
-        role = roles.check_role(role)
-    except ApiError as exc:
-        fail(exc.message)
-    try:
+    try:  # the rules of POST /members: a known role, a valid new address, MEMBERS.CREATED
         with db.write(open_engine()) as conn:
             require_org(conn, org)
-            member_id = orgs.add_member(conn, organization_id=org, email=email, name=name, role=role)
-    except orgs.OrgError as exc:
-        fail(str(exc))
+            member_id = orgs.add_member_checked(conn, organization_id=org, email=email, name=name, role=role)
+            role = orgs.get_member_or_404(conn, org, member_id).role
+    except ApiError as exc:
+        fail(exc.message)
     emit({"member_id": member_id, "email": email, "role": role}, as_json, f"member {member_id}  {email}  {role}")
 
 
