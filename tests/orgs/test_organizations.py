@@ -7,10 +7,12 @@ import json
 
 import httpx
 import pytest
+from sqlalchemy import select
 from tremendous import CreateApiKeyRequest, CreateOrganizationRequest, CreateOrganizationRequestCopySettings
 from tremendous.exceptions import BadRequestException, ForbiddenException, NotFoundException
 
 from largesse import db
+from largesse.campaigns.models import campaigns as campaign_rows
 from largesse.funding import service as funding
 from largesse.orgs.models import organizations
 from tests.conftest import Org, production_org
@@ -96,6 +98,10 @@ def test_copy_settings_copies_campaigns_fields_and_users(org, api, http, engine)
             organizations.c.id, organizations.c.fee_basis_points)
             .where(organizations.c.id.in_([plain.id, copied.id]))).all())
     assert fees == {plain.id: 250, copied.id: 250}  # operator terms are always inherited
+    with db.read(engine) as conn:  # no rule is SQL NULL in the copy too (not JSON null, which
+        # auto_add_products' IS NOT NULL read and locked on every catalog import)
+        assert conn.execute(select(campaign_rows.c.id).where(campaign_rows.c.organization_id == copied.id,
+                                                             campaign_rows.c.auto_add_product_rule.is_(None))).all()
 
 
 def test_copy_settings_copies_fraud_rules_and_approvals(org, api, http, engine):
