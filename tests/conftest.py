@@ -43,6 +43,13 @@ def _pg_reachable() -> bool:
         return False
 
 
+def pg_missing(why: str) -> None:
+    """A PostgreSQL test cannot run: fail when PostgreSQL is required (CI), skip otherwise."""
+    if REQUIRE_PG:
+        pytest.fail(f"PostgreSQL is required (LARGESSE_REQUIRE_POSTGRES) but {why}", pytrace=False)
+    pytest.skip(why)
+
+
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def database_url(request, tmp_path_factory):
     """A brand-new, empty database per backend for the whole session."""
@@ -51,9 +58,7 @@ def database_url(request, tmp_path_factory):
         yield f"sqlite:///{path}"
         return
     if not _pg_reachable():
-        if REQUIRE_PG:
-            pytest.fail(f"PostgreSQL is required (LARGESSE_REQUIRE_POSTGRES) but {PG_ADMIN_URL} is unreachable")
-        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}")
+        pg_missing(f"{PG_ADMIN_URL} is unreachable")
     with empty_pg_database("largesse_test") as url:
         yield url
 

@@ -35,7 +35,15 @@ from sqlalchemy import exc as sa_exc
 from largesse import db, web
 from largesse.config import Settings
 from largesse.ops import metrics
-from tests.conftest import GIFT_CARD_USD, ServerThread, create_org, free_port, order_body, run_in_new_loop
+from tests.conftest import (
+    GIFT_CARD_USD,
+    ServerThread,
+    create_org,
+    free_port,
+    order_body,
+    pg_missing,
+    run_in_new_loop,
+)
 
 LARGESSE = str(Path(sys.executable).parent / "largesse")
 DEADLINE_503 = 2.0
@@ -52,17 +60,17 @@ class Cluster:
     def __init__(self):
         self.bin = _pg_bin()
         if self.bin is None:
-            pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql")
+            pg_missing("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql")
         self.as_user: list[str] = []
         if os.geteuid() == 0:
             if shutil.which("runuser") is None:
-                pytest.skip("running as root without runuser: initdb refuses root")
+                pg_missing("running as root without runuser: initdb refuses root")
             try:
                 import pwd
 
                 pwd.getpwnam("postgres")
             except KeyError:
-                pytest.skip("running as root and there is no postgres user to run initdb as")
+                pg_missing("running as root and there is no postgres user to run initdb as")
             self.as_user = ["runuser", "-u", "postgres", "--"]
         self.dir = Path(tempfile.mkdtemp(prefix="largesse-pg-"))
         self.data = self.dir / "data"

@@ -126,10 +126,10 @@ def old_database(request, tmp_path):
         yield engine
         engine.dispose()
         return
-    from tests.conftest import _pg_reachable, empty_pg_database
+    from tests.conftest import _pg_reachable, empty_pg_database, pg_missing
 
     if not _pg_reachable():
-        pytest.skip("PostgreSQL not reachable")
+        pg_missing("PostgreSQL is not reachable")
     with empty_pg_database("largesse_mig") as url:
         engine = db.make_engine(url)
         yield engine
