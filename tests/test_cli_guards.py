@@ -171,6 +171,22 @@ def test_on_off_settings_take_any_capitals():
         assert settings.cancel_any_unredeemed is True and settings.webhook_allow_private is True, on
 
 
+def test_names_from_api_clients_reach_the_terminal_escaped(org, http, cli):
+    """An organization or member name set through the API is printed with its control
+    characters escaped: no terminal escape sequence, bell or carriage return gets through, and
+    a line feed in a name cannot print a line that looks like another row."""
+    name = "Esc\x1b]0;pwned\x07 Co\rFAKE\nLINE"
+    ok(http.post("/organizations", json={"name": name, "website": "example.com", "with_api_key": False}))
+    ok(http.post("/members", json={"email": "ctrl@example.com", "name": "Eve\r\nROOT", "role": "MEMBER"}))
+    for command in (("org", "list"), ("members", "list", "--org", org.id)):
+        out = cli(*command).stdout
+        assert not any(c in out for c in "\x1b\x07\r"), repr(out)
+    assert "Esc\\x1b]0;pwned\\x07 Co\\rFAKE\\nLINE" in cli("org", "list").stdout
+    assert any(line.endswith("ctrl@example.com  Eve\\r\\nROOT")
+               for line in cli("members", "list", "--org", org.id).stdout.splitlines())
+    assert name in [o["name"] for o in json.loads(cli("org", "list", "--json").stdout)["organizations"]]
+
+
 # --- items 3 and 4: whole numbers and fees -------------------------------------------------------
 
 def _fees(engine, org_id: str) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from largesse.cli_common import (
     money_text,
     open_engine,
     require_org,
+    shown,
     shown_url,
 )
 from largesse.money import amount_in, format_amount
@@ -268,7 +269,7 @@ def org_list(as_json: JsonFlag = False):
     data = {"organizations": [{"id": r.id, "name": r.name, "currency_code": r.currency_code,
                                "environment": r.environment, "parent_organization_id": r.parent_organization_id}
                               for r in rows]}
-    emit(data, as_json, "\n".join(f"{r.id}  {r.environment:<10}  {r.currency_code}  {r.name}"
+    emit(data, as_json, "\n".join(f"{r.id}  {r.environment:<10}  {r.currency_code}  {shown(r.name)}"
                                   + (f"  (sub-organization of {r.parent_organization_id})"
                                      if r.parent_organization_id else "")
                                   for r in rows) or "no organizations")
@@ -335,7 +336,7 @@ def members_list(org: OrgOption, as_json: JsonFlag = False):
         rows = orgs.list_members(conn, org)
     data = {"members": [{"id": r.id, "email": r.email, "name": r.name, "role": r.role, "status": r.status}
                         for r in rows]}
-    emit(data, as_json, "\n".join(f"{r.id}  {r.role:<6}  {r.status:<10}  {r.email}  {r.name or ''}" for r in rows))
+    emit(data, as_json, "\n".join(f"{r.id}  {r.role:<6}  {r.status:<10}  {r.email}  {shown(r.name)}" for r in rows))
 
 
 @keys_app.command("create")

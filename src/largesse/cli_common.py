@@ -134,7 +134,26 @@ def fail(message: str, code: int = 1):
 
 
 def emit(data: dict, as_json: bool, text: str) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+    """Print a command's result: the JSON form, or its text with control characters escaped
+    (names come from API clients: an ESC sequence, a BEL or a CR must not reach the operator's
+    terminal as such). Each row's own line breaks are the text's; shown() escapes a value's."""
+    typer.echo(json.dumps(data, indent=2, default=str) if as_json else _CONTROL.sub(_escape, text))
+
+
+# C0 and C1 control characters and DEL, but the line feed: escaped as \x1b, \r, ...
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_ESCAPES = {"\t": "\\t", "\r": "\\r", "\n": "\\n"}
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    return _ESCAPES.get(char) or f"\\x{ord(char):02x}"
+
+
+def shown(value: str | None) -> str:
+    """A value from a client (a name, a label) on one line of text output: a line feed in it too
+    is escaped, so it cannot start a line that looks like another row."""
+    return (value or "").replace("\n", "\\n")
 
 
 def money_text(cents: int, currency_code: str) -> str:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from largesse import db
-from largesse.cli_common import fail, load_settings, open_engine, require_org
+from largesse.cli_common import emit, fail, load_settings, open_engine, require_org, shown
 
 jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", no_args_is_help=True)
 
@@ -70,10 +70,10 @@ def jobs_list(
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
-    typer.echo("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no jobs")
-    for r in rows:
-        typer.echo(f"{r.id:>8}  {r.kind:<15} {r.status:<8} {r.reward_id or '-':<20} "
-                   f"{r.attempts}/{r.max_attempts}  {r.run_after:%Y-%m-%d %H:%M:%S}  {(r.last_error or '')[:80]}")
+    lines = ["  ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no jobs"]
+    lines += [f"{r.id:>8}  {r.kind:<15} {r.status:<8} {r.reward_id or '-':<20} {r.attempts}/{r.max_attempts}  "
+              f"{r.run_after:%Y-%m-%d %H:%M:%S}  {shown(r.last_error)[:80]}" for r in rows]
+    emit(data, False, "\n".join(lines))
 
 
 @jobs_app.command("retry")
