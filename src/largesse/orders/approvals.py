@@ -7,7 +7,7 @@ delivery; rejecting releases the hold, credits the whole total back (one `order_
 ledger entry, unique per order) and cancels the rewards. Both are one conditional UPDATE of
 the order (WHERE status = 'PENDING APPROVAL'), so of any number of concurrent decisions
 exactly one changes the order and the others get 422. Services own their transactions;
-the CLI and the API (and later the dashboard) call these functions.
+the CLI, the API and the dashboard call these functions.
 """
 
 from __future__ import annotations
