@@ -13,7 +13,6 @@ import contextvars
 import logging
 import logging.config
 import re
-import sys
 import time
 
 import orjson
@@ -54,12 +53,6 @@ def redact(text: str) -> str:
 def redact_url(url: str) -> str:
     """url with its password and secret-named query parameters masked (https://user:***@host/?token=***)."""
     return _QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", url))
-
-
-def mask_email(address: str) -> str:
-    """j***@example.com, for messages that name a recipient on purpose."""
-    local, at, domain = address.partition("@")
-    return f"{local[:1]}***@{domain}" if at else "***"
 
 
 # Structured fields travel as one dict, `log.info("request", extra={"fields": {...}})`: the
@@ -192,9 +185,3 @@ def log_config(log_format: str = "text", level: str = "INFO") -> dict:
 def configure(log_format: str = "text", level: str = "INFO") -> None:
     """Install the same handlers in a process that uvicorn does not start (`largesse worker`)."""
     logging.config.dictConfig(log_config(log_format, level))
-
-
-def stderr_handler(log_format: str = "text") -> logging.Handler:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter_class(log_format)())
-    return handler

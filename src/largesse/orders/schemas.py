@@ -198,6 +198,3 @@ class RewardList(Out):
     rewards: list[RewardOut]
     total_count: int
 
-
-class RewardLinkEnvelope(Out):
-    reward: dict
