@@ -42,6 +42,7 @@ from sqlalchemy import Connection, and_, case, exists, func, literal, or_, selec
 
 from largesse.funding.models import funding_sources as fs
 from largesse.funding.models import ledger_entries as le
+from largesse.orders.models import PENDING_APPROVAL
 from largesse.orders.models import orders as o
 from largesse.orders.models import rewards as r
 from largesse.redemption.models import payouts as p
@@ -49,7 +50,7 @@ from largesse.redemption.models import payouts as p
 REFUND = "reward_refund"
 ORDER_REFUND = "order_refund"
 ORDER = "order"
-PENDING = "PENDING APPROVAL"
+PENDING = PENDING_APPROVAL
 CREDIT_KINDS = ("sandbox_credit", "funding", REFUND, ORDER_REFUND, "topup", "invoice_payment")
 REFUNDED = ("CANCELED", "EXPIRED")
 STATUSES = ("ACTIVE", "REDEEMED", *REFUNDED)

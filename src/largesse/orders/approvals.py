@@ -23,12 +23,12 @@ from largesse.delivery.models import jobs
 from largesse.errors import Forbidden, NotFound, Unprocessable
 from largesse.funding import service as funding
 from largesse.orders import repository
-from largesse.orders.models import orders, rewards
+from largesse.orders.models import PENDING_APPROVAL, orders, rewards
 from largesse.orgs.models import organizations
 from largesse.timeutil import utcnow
 from largesse.webhooks import service as webhooks
 
-PENDING = "PENDING APPROVAL"
+PENDING = PENDING_APPROVAL
 MODES = ("off", "api", "all", "above")
 ORDER_REFUND_KIND = "order_refund"
 

@@ -15,6 +15,10 @@ from sqlalchemy import (
 
 from largesse.db import metadata
 
+# The status of an order that waits for a decision (orders/approvals.py); one spelling for every
+# module that reads or writes it.
+PENDING_APPROVAL = "PENDING APPROVAL"
+
 orders = Table(
     "orders", metadata,
     Column("id", String(20), primary_key=True),

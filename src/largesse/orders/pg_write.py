@@ -21,7 +21,7 @@ from largesse import db
 from largesse.delivery.models import jobs
 from largesse.errors import PaymentRequired
 from largesse.funding.models import ledger_entries
-from largesse.orders.models import orders, reward_field_values, rewards
+from largesse.orders.models import PENDING_APPROVAL, orders, reward_field_values, rewards
 from largesse.redemption.models import redemption_tokens
 
 
@@ -59,7 +59,7 @@ def write_order(conn: Connection, *, order: dict, reward_rows: list[dict], field
     result = _SQL.first(conn, {
         "total": order["total_cents"],
         # An order waiting for approval holds its total in pending_cents (orders/approvals.py).
-        "pending": order["total_cents"] if order["status"] == "PENDING APPROVAL" else 0,
+        "pending": order["total_cents"] if order["status"] == PENDING_APPROVAL else 0,
         "funding_source_id": order["funding_source_id"],
         "orders": _json([order]),
         "rewards": _json(reward_rows),

@@ -26,7 +26,7 @@ from largesse.errors import BadRequest, NotFound, TooManyRequests, nest
 from largesse.ids import new_id
 from largesse.jsonbody import problem
 from largesse.money import MoneyError, to_cents
-from largesse.orders.models import orders
+from largesse.orders.models import PENDING_APPROVAL, orders
 from largesse.orgs.models import organizations
 from largesse.reports.models import reports
 from largesse.timeutil import iso, utcnow
@@ -42,7 +42,7 @@ JOB_KIND = "generate_report"
 DOWNLOAD_PATH = "/reports/download/"
 DELIVERY_METHODS = ("phone", "email", "link", "mail", "direct")
 ORDER_STATUSES = {"executed": "EXECUTED", "canceled": "CANCELED", "failed": "FAILED",
-                  "pending_approval": "PENDING APPROVAL"}
+                  "pending_approval": PENDING_APPROVAL}
 REWARD_STATUSES = ("delivered", "canceled", "delivery_failed", "pending_review")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _ID = re.compile(r"[A-Z0-9]{4,64}")
