@@ -104,6 +104,61 @@ def test_serve_on_a_port_in_use_is_one_line_and_starts_nothing(tmp_path):
     assert "delivery" not in result.stdout + result.stderr and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(("setting", "expected"), [
+    ({"LARGESSE_SMTP_URL": "smtp//127.0.0.1:2525"}, "must start with smtp:// or smtps://"),
+    ({"LARGESSE_SMTP_URL": "smtp://127.0.0.1:notaport"}, "cannot deliver email"),
+    ({"LARGESSE_MAIL_DIR": "/proc/largesse-no-such-dir"}, "cannot deliver email"),
+])
+def test_a_transport_that_cannot_send_stops_worker_and_serve_in_one_line(tmp_path, setting, expected):
+    """Every delivery thread died with a traceback and the worker exited 0 (no restart by a
+    supervisor); serve started, answered ready, and its delivery child died in a loop."""
+    port = free_port()
+    for command in (("worker", "--once"), ("worker",), ("serve", "--port", str(port))):
+        line = _one_line_error(_run(tmp_path, *command, env=setting))
+        assert expected in line, (command, line)
+    # Without delivery in the server, the transport is not its business.
+    env = {**setting, "LARGESSE_RUN_WORKER": "0"}
+    server = subprocess.Popen([LARGESSE, "serve", "--port", str(port)], cwd=tmp_path, env={**os.environ, **env},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for_health(port), "serve did not start"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_lone_server_removes_its_metrics_folder_when_stopped(tmp_path):
+    """With one process, uvicorn ended SIGTERM by raising it again: the process died before
+    serve's cleanup, and each `make run` stopped left a /tmp/largesse-metrics-* behind."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("LARGESSE_DATABASE_URL", "PROMETHEUS_MULTIPROC_DIR")}
+    server = subprocess.Popen([LARGESSE, "serve", "--port", str(port)], cwd=tmp_path, env={**env, "TMPDIR": str(temp)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for_health(port), "serve did not start"
+        assert [p.name for p in temp.iterdir() if p.name.startswith("largesse-metrics-")]
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("largesse-metrics-")]
+
+
+def _wait_for_health(port: int, timeout: float = 60) -> bool:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
 def test_db_upgrade_creates_a_new_database_and_says_so(tmp_path):
     created = _run(tmp_path, "db", "upgrade")
     assert created.returncode == 0, created.stderr
@@ -154,6 +209,10 @@ def test_an_unusable_database_url_is_one_line_without_its_password(tmp_path):
     ("LARGESSE_WEBHOOK_ALLOW_PRIVATE", "enabled", None),
     ("LARGESSE_REWARD_EXPIRY_DAYS", "-3", "from 1 to 3650"),  # rewards created already expired
     ("LARGESSE_REWARD_EXPIRY_DAYS", "3000000", "from 1 to 3650"),  # past year 9999: every order a 500
+    ("LARGESSE_WORKER_CONCURRENCY", "abc", "whole number"),  # "invalid literal for int()", no name
+    ("LARGESSE_JOB_LEASE_SECONDS", "0", "above 0"),  # every claim a lost lease: emails sent twice
+    ("LARGESSE_DB_TIMEOUT_SECONDS", "-1", "above 0"),
+    ("LARGESSE_SMTP_TIMEOUT_SECONDS", "nan", "above 0"),
 ])
 def test_a_setting_out_of_its_values_is_one_line(tmp_path, name, value, expected):
     line = _one_line_error(_run(tmp_path, "org", "list", env={name: value}))
@@ -185,6 +244,39 @@ def test_names_from_api_clients_reach_the_terminal_escaped(org, http, cli):
     assert any(line.endswith("ctrl@example.com  Eve\\r\\nROOT")
                for line in cli("members", "list", "--org", org.id).stdout.splitlines())
     assert name in [o["name"] for o in json.loads(cli("org", "list", "--json").stdout)["organizations"]]
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("postgresql://postgres:pw@127.0.0.1:notaport/x", "is not a database URL"),  # a traceback
+    ("sqlite://", "names no SQLite file"),  # a database in memory: "ledger OK"
+    ("sqlite:///", "names no SQLite file"),
+    ("sqlite:///:memory:", "names no SQLite file"),
+])
+def test_a_database_url_without_a_database_is_one_line(tmp_path, url, expected):
+    for command in (("ledger", "verify"), ("org", "list")):
+        line = _one_line_error(_run(tmp_path, *command, env={"LARGESSE_DATABASE_URL": url}))
+        assert expected in line and "pw" not in line, line
+
+
+def test_a_query_password_in_the_database_url_is_masked(tmp_path):
+    line = _one_line_error(_run(tmp_path, "org", "list", env={
+        "LARGESSE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/largesse?password=hunter2"}))
+    assert "hunter2" not in line and "password=***" in line, line
+
+
+def test_free_text_options_longer_than_their_column_are_one_line(org, cli):
+    """PostgreSQL refused them with a traceback quoting the statement's parameters (the key's
+    hash, the member's address); SQLite stored them."""
+    long = "x" * 201
+    for command, option in ((("keys", "create", "--org", org.id, "--label", long), "--label"),
+                            (("members", "add", "--org", org.id, "--email", "long@example.com", "--name", long),
+                             "--name"),
+                            (("org", "create", "--name", "Co", "--member-email", "o@example.com",
+                              "--member-name", long), "--member-name")):
+        result = cli(*command, check=False)
+        line = _one_line_error(result)
+        assert f"{option} must be at most 200 characters" in line, line
+    assert "long@example.com" not in cli("members", "list", "--org", org.id).stdout
 
 
 # --- items 3 and 4: whole numbers and fees -------------------------------------------------------

@@ -19,6 +19,8 @@ from largesse.cli_common import (
     JsonFlag,
     LargesseGroup,
     OrgOption,
+    bounded,
+    check_mail_transport,
     database_url,
     emit,
     fail,
@@ -56,6 +58,7 @@ def serve(
 
     Unless LARGESSE_RUN_WORKER=0, it also delivers, in supervised child processes."""
     import os
+    import signal
     import tempfile
 
     import uvicorn
@@ -67,6 +70,8 @@ def serve(
         # delivery children inherit it); behind a proxy or on another name, set it.
         os.environ["LARGESSE_PUBLIC_URL"] = default_public_url(host, port)
     settings = load_settings()
+    if settings.run_worker:
+        check_mail_transport(settings)
     _refuse_a_busy_address(host, port)
     open_engine(settings, create=True).dispose()
     # Several processes (API workers, delivery children): metrics go through files in
@@ -96,6 +101,11 @@ def serve(
 
         os.environ["LARGESSE_RUN_WORKER"] = "0"
         supervisor = DeliverySupervisor(settings).start()
+    elif workers == 1:
+        # uvicorn ends a lone process's SIGTERM by raising it again with the handler it found:
+        # the default one killed the process there, and the `finally` below (the metrics
+        # folder) never ran. This one exits through it.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         uvicorn.run("largesse.app:create_served_app", factory=True, host=host, port=port, workers=workers,
                     log_config=logs.log_config(settings.log_format, settings.log_level),
@@ -235,6 +245,7 @@ def org_create(
     """Create an organization, its first member, its balance and an API key (shown once)."""
     from largesse.orgs import service as orgs
 
+    bounded(member_name, "--member-name")  # the name is checked by orgs.create_org
     settings = load_settings()
     engine = open_engine(settings, create=True)
     try:
@@ -316,6 +327,7 @@ def members_add(org: OrgOption, email: Annotated[str, typer.Option("--email")],
     from largesse.errors import ApiError
     from largesse.orgs import service as orgs
 
+    bounded(name, "--name")
     try:  # the rules of POST /members: a known role, a valid new address, MEMBERS.CREATED
         with db.write(open_engine()) as conn:
             require_org(conn, org)
@@ -349,6 +361,7 @@ def keys_create(org: OrgOption,
 
     if permission not in auth.PERMISSIONS:
         fail(f"--permission must be one of {', '.join(auth.PERMISSIONS)}")
+    bounded(label, "--label")
     settings = load_settings()
     with db.write(open_engine(settings)) as conn:
         require_org(conn, org)

@@ -50,9 +50,11 @@ def shown_url(url: str) -> str:
     """A database URL as the operator may see it: with its password masked, nothing else."""
     from sqlalchemy.engine import make_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except sa_exc.ArgumentError:
+    from largesse.ops.logs import redact_url
+
+    try:  # the password of the user part, and a ?password= of the query (libpq takes both)
+        return redact_url(make_url(url).render_as_string(hide_password=True))
+    except (sa_exc.ArgumentError, ValueError):
         return "(not a URL)"
 
 
@@ -62,13 +64,17 @@ def database_url(settings: Settings):
 
     try:
         url = make_url(db.normalize_url(settings.database_url))
-    except sa_exc.ArgumentError:
+    except (sa_exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
         fail("LARGESSE_DATABASE_URL is not a database URL: use sqlite:///PATH or "
-             "postgresql://USER:PASSWORD@HOST/NAME")
+             "postgresql://USER:PASSWORD@HOST:PORT/NAME")
     backend, _, driver = url.drivername.partition("+")
     if not ((backend == "sqlite" and driver in ("", "pysqlite")) or (backend == "postgresql" and driver == "psycopg")):
         fail(f"LARGESSE_DATABASE_URL must be a SQLite (sqlite:///PATH) or PostgreSQL (postgresql://...) URL, "
              f"not {shown_url(settings.database_url)}")
+    if backend == "sqlite" and (url.database or ":memory:") == ":memory:":
+        # sqlite:// and sqlite:/// are a database in memory: empty, gone at exit ("ledger OK")
+        fail(f"LARGESSE_DATABASE_URL names no SQLite file ({shown_url(settings.database_url)}): "
+             "use sqlite:///PATH, e.g. sqlite:///var/largesse.sqlite3")
     return url
 
 
@@ -156,6 +162,27 @@ def shown(value: str | None) -> str:
     return (value or "").replace("\n", "\\n")
 
 
+def check_mail_transport(settings: Settings) -> None:
+    """One line and exit 1 when delivery could not send a single email: a LARGESSE_SMTP_URL that
+    is not an SMTP URL, a LARGESSE_MAIL_DIR that cannot be created. Checked before a worker
+    starts (or `serve` starts its delivery), not in each of its threads, where every email and
+    webhook thread died with a traceback and the worker exited 0 (no restart). Opens no
+    connection: an SMTP server that is down is an outage the worker rides out."""
+    from largesse.delivery.transport import open_transport
+
+    try:
+        open_transport(settings).close()
+    except (ValueError, OSError) as exc:
+        fail(f"cannot deliver email: {exc}")
+
+
+def bounded(value: str | None, option: str, max_length: int = 200) -> str | None:
+    """A free-text option within the length its column (and the API) takes, else one line."""
+    if value is not None and len(value) > max_length:
+        fail(f"{option} must be at most {max_length} characters")
+    return value
+
+
 def money_text(cents: int, currency_code: str) -> str:
     """An amount and its currency as every command prints it: "210.10 USD", "5000 JPY"."""
     from largesse.money import amount_in
@@ -207,9 +234,11 @@ class LargesseGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except sa_exc.DBAPIError as exc:
-            if not unusable(exc):
-                raise
-            database_unavailable(exc)
+            if unusable(exc):
+                database_unavailable(exc)
+            if isinstance(exc, sa_exc.DataError):  # a value the column cannot hold: too long, out of range
+                fail(f"the database refused a value: {unavailable_reason(exc).splitlines()[0]}")
+            raise
 
 
 def _all_commands(group):

@@ -6,6 +6,7 @@ test can build its own Settings without touching the process environment.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +127,12 @@ class Settings:
             value = env.get(f"LARGESSE_{name}")
             return default if value in (None, "") else value
 
+        def seconds(name: str, default: str, *, zero: bool = False) -> float:
+            return _seconds(get(name, default), name, zero=zero)
+
+        def count(name: str, default: str, minimum: int) -> int:
+            return _count(get(name, default), name, minimum)
+
         environment = get("ENVIRONMENT", "sandbox").lower()
         if environment not in ENVIRONMENTS:
             raise ValueError(f"LARGESSE_ENVIRONMENT must be one of {ENVIRONMENTS}, not {environment!r}")
@@ -145,31 +152,31 @@ class Settings:
             sms_url=get("SMS_URL"),
             run_worker=_flag(get("RUN_WORKER", "1"), "RUN_WORKER"),
             cancel_any_unredeemed=_flag(get("CANCEL_ANY_UNREDEEMED", "0"), "CANCEL_ANY_UNREDEEMED"),
-            delivery_processes=int(get("DELIVERY_PROCESSES", "1")),
+            delivery_processes=count("DELIVERY_PROCESSES", "1", 1),
             delivery_nice=_niceness(get("DELIVERY_NICE", "10")),
-            delivery_yield_seconds=float(get("DELIVERY_YIELD_SECONDS", "10")),
-            worker_concurrency=int(get("WORKER_CONCURRENCY", "2")),
-            worker_poll_seconds=float(get("WORKER_POLL_SECONDS", "1")),
-            webhook_concurrency=int(get("WEBHOOK_CONCURRENCY", "8")),
-            job_lease_seconds=float(get("JOB_LEASE_SECONDS", "10")),
-            worker_backoff_max_seconds=float(get("WORKER_BACKOFF_MAX_SECONDS", "30")),
-            job_retry_base_seconds=float(get("JOB_RETRY_BASE_SECONDS", "30")),
-            job_retry_max_seconds=float(get("JOB_RETRY_MAX_SECONDS", "3600")),
-            expire_interval_seconds=float(get("EXPIRE_INTERVAL_SECONDS", "60")),
+            delivery_yield_seconds=seconds("DELIVERY_YIELD_SECONDS", "10", zero=True),
+            worker_concurrency=count("WORKER_CONCURRENCY", "2", 1),
+            worker_poll_seconds=seconds("WORKER_POLL_SECONDS", "1"),
+            webhook_concurrency=count("WEBHOOK_CONCURRENCY", "8", 0),
+            job_lease_seconds=seconds("JOB_LEASE_SECONDS", "10"),
+            worker_backoff_max_seconds=seconds("WORKER_BACKOFF_MAX_SECONDS", "30"),
+            job_retry_base_seconds=seconds("JOB_RETRY_BASE_SECONDS", "30"),
+            job_retry_max_seconds=seconds("JOB_RETRY_MAX_SECONDS", "3600"),
+            expire_interval_seconds=seconds("EXPIRE_INTERVAL_SECONDS", "60"),
             job_retention_days=_days(get("JOB_RETENTION_DAYS", "30"), "JOB_RETENTION_DAYS"),
-            smtp_timeout_seconds=float(get("SMTP_TIMEOUT_SECONDS", "30")),
+            smtp_timeout_seconds=seconds("SMTP_TIMEOUT_SECONDS", "30"),
             smtp_ca_file=get("SMTP_CA_FILE"),
             reward_expiry_days=_expiry_days(expiry) if expiry else None,
             secret_key=get("SECRET_KEY"),
-            webhook_timeout_seconds=float(get("WEBHOOK_TIMEOUT_SECONDS", "10")),
+            webhook_timeout_seconds=seconds("WEBHOOK_TIMEOUT_SECONDS", "10"),
             webhook_allow_private=_flag(get("WEBHOOK_ALLOW_PRIVATE", "0"), "WEBHOOK_ALLOW_PRIVATE"),
-            api_rate_limit_per_key=int(get("API_RATE_LIMIT_PER_KEY", "60000")),
-            api_rate_limit_per_org=int(get("API_RATE_LIMIT_PER_ORG", "120000")),
-            api_rate_limit_sync_seconds=float(get("API_RATE_LIMIT_SYNC_SECONDS", "1")),
+            api_rate_limit_per_key=count("API_RATE_LIMIT_PER_KEY", "60000", 1),
+            api_rate_limit_per_org=count("API_RATE_LIMIT_PER_ORG", "120000", 1),
+            api_rate_limit_sync_seconds=seconds("API_RATE_LIMIT_SYNC_SECONDS", "1"),
             log_format=_choice(get("LOG_FORMAT", "text").lower(), "LOG_FORMAT", ("text", "json")),
             log_level=_choice(get("LOG_LEVEL", "INFO").upper(), "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR")),
-            db_timeout_seconds=float(get("DB_TIMEOUT_SECONDS", "1.5")),
-            db_statement_timeout_seconds=float(get("DB_STATEMENT_TIMEOUT_SECONDS", "10")),
+            db_timeout_seconds=seconds("DB_TIMEOUT_SECONDS", "1.5"),
+            db_statement_timeout_seconds=seconds("DB_STATEMENT_TIMEOUT_SECONDS", "10"),
             opentelemetry=_flag(get("OPENTELEMETRY", "0"), "OPENTELEMETRY"),
             db_concurrency=_positive(get("DB_CONCURRENCY", str(_default_db_concurrency())), "DB_CONCURRENCY"),
             api_processes=_positive(get("API_PROCESSES", "1"), "API_PROCESSES"),
@@ -196,6 +203,25 @@ def _days(raw: str, name: str) -> int:
     if not raw.isdigit():
         raise ValueError(f"LARGESSE_{name} must be a whole number of days (0: never), not {raw!r}")
     return int(raw)
+
+
+def _count(raw: str, name: str, minimum: int) -> int:
+    if not raw.isdigit() or int(raw) < minimum:
+        raise ValueError(f"LARGESSE_{name} must be a whole number of at least {minimum}, not {raw!r}")
+    return int(raw)
+
+
+def _seconds(raw: str, name: str, *, zero: bool = False) -> float:
+    """A duration in seconds: a finite number above 0 (or 0 too, with zero): a lease or a
+    timeout of 0 or less turned every claim into a lost lease, and emails went out twice."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
+        raise ValueError(f"LARGESSE_{name} must be a number of seconds {'of at least 0' if zero else 'above 0'}, "
+                         f"not {raw!r}")
+    return value
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from largesse import db
-from largesse.cli_common import emit, fail, load_settings, open_engine, require_org, shown
+from largesse.cli_common import check_mail_transport, emit, fail, load_settings, open_engine, require_org, shown
 
 jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", no_args_is_help=True)
 
@@ -29,6 +29,7 @@ def worker(
     from largesse.delivery.worker import Worker
 
     settings = load_settings()
+    check_mail_transport(settings)
     lower_priority(settings)  # a child of `largesse serve` yields the CPU to it (first: threads inherit it)
     bind_to_supervisor()  # ... and dies with it
     from largesse.ops import logs
