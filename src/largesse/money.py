@@ -121,6 +121,25 @@ def amount_in(cents: int, currency_code: str | None, *, grouped: bool = False) -
     return format_amount(cents, decimals=decimals_for(currency_code), grouped=grouped)
 
 
+# The one table of currency symbols for text a recipient reads (the reward email, the
+# redemption and connected-organization pages); any other currency is written after the
+# number ("12.00 SEK", "5,000 KRW").
+CURRENCY_SYMBOLS = {"USD": "$", "CAD": "CA$", "AUD": "A$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹",
+                    "CHF": "CHF ", "NZD": "NZ$", "MXN": "MX$", "BRL": "R$"}
+
+
+def format_money(cents: int, currency_code: str) -> str:
+    """An amount for a recipient, with its currency: "$25.00", "€1,250.50", "¥5,000",
+    "-CA$3.10", "12.00 SEK", "5,000 KRW". Thousands grouped, the currency's decimals
+    (decimals_for, as amount_in and the dashboard write it), exact (never through a float)."""
+    sign = "-" if cents < 0 else ""
+    number = amount_in(abs(cents), currency_code, grouped=True)
+    symbol = CURRENCY_SYMBOLS.get(currency_code)
+    if symbol:
+        return f"{sign}{symbol}{number}"
+    return f"{sign}{number} {currency_code}"
+
+
 def percent_of(cents: int, basis_points: int) -> int:
     """basis_points/10000 of an amount, rounded half up, in integers only."""
     return (cents * basis_points + 5000) // 10000

@@ -40,6 +40,7 @@ from email.utils import format_datetime, make_msgid
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from largesse.delivery.transport import Outgoing
+from largesse.money import format_money
 from largesse.redemption.style import HEX_COLOR, LIGHT_TEXT, text_color_for
 
 _env = Environment(
@@ -51,7 +52,6 @@ _env = Environment(
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_][A-Za-z0-9_ ]*?)\s*\}\}")
 CSS_COLOR = re.compile(r"^(#[0-9A-Fa-f]{3,8}|[A-Za-z]{3,20})\Z")
-SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
 DEFAULT_BUTTON = "#2563eb"
 DEFAULT_LOGO_BACKGROUND = "#ffffff"
 
@@ -94,12 +94,6 @@ def unknown_placeholders(text: str | None, labels) -> list[str]:
         if name.lower() not in known and name not in found:
             found.append(name)
     return found
-
-
-def format_value(cents: int, currency: str) -> str:
-    amount = f"{cents // 100:,}.{cents % 100:02d}"
-    symbol = SYMBOLS.get(currency)
-    return f"{symbol}{amount}" if symbol else f"{amount} {currency}"
 
 
 def _one_line(text: str) -> str:
@@ -181,7 +175,7 @@ def render(mail: RewardMail, *, link: str, mail_from_name: str) -> Rendered:
     copy = copy_of(delivery_meta=meta, email_style=style, webpage_style=mail.webpage_style, field_values=values,
                    default_sender=_pick(mail.organization_name, mail_from_name) or "")
     sender_name = copy.sender_name
-    value = format_value(mail.denomination_cents, mail.currency_code)
+    value = format_money(mail.denomination_cents, mail.currency_code)  # as the redemption page shows it
     subject = _pick(meta.get("subject_line"), style.get("subject_line")) or f"{sender_name} sent you a {value} reward"
     subject = _one_line(fill_placeholders(subject, values))
     headline = copy.headline or "You've received a reward"

@@ -1,4 +1,5 @@
-"""Presentation helpers for the redemption page: money text and campaign colours.
+"""Presentation helpers for the redemption page: money text (largesse.money.format_money) and
+campaign colours.
 
 Campaign colours are chosen by the sender, so the text drawn on them is chosen here: for
 each background we pick near-black or white, whichever has the higher WCAG contrast ratio
@@ -9,29 +10,19 @@ from __future__ import annotations
 
 import re
 
+# The redemption and connected-organization pages import format_money from here; it is
+# largesse.money's, the same text the reward email shows.
+from largesse.money import format_money as format_money
+
 HEX_COLOR = re.compile(r"^#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})\Z")
 DARK_TEXT = "#14171f"
 LIGHT_TEXT = "#ffffff"
-
-CURRENCY_SYMBOLS = {"USD": "$", "CAD": "CA$", "AUD": "A$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹",
-                    "CHF": "CHF ", "NZD": "NZ$", "MXN": "MX$", "BRL": "R$"}
 
 DEFAULTS = {
     "background_color": "#eef1f6",
     "logo_background_color": "#1f3a5f",
     "button_color": "#1d4ed8",
 }
-
-
-def format_money(cents: int, currency_code: str) -> str:
-    """'$25.00', '€10.50', '12.00 SEK': integer arithmetic only."""
-    sign = "-" if cents < 0 else ""
-    whole, minor = divmod(abs(cents), 100)
-    number = f"{whole:,}.{minor:02d}"
-    symbol = CURRENCY_SYMBOLS.get(currency_code)
-    if symbol:
-        return f"{sign}{symbol}{number}"
-    return f"{sign}{number} {currency_code}"
 
 
 def _channel(value: int) -> float:
