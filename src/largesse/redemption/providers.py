@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, select, update
 
 from largesse.config import Settings
+from largesse.money import format_money
 from largesse.orgs.models import organizations
 from largesse.redemption.models import inventory_codes
-from largesse.redemption.style import format_money
 from largesse.timeutil import utcnow
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I to misread

@@ -17,6 +17,7 @@ from largesse.catalog.service import band_for
 from largesse.config import Settings
 from largesse.delivery import compose
 from largesse.fields import service as fields_service
+from largesse.money import format_money
 from largesse.ops import metrics
 from largesse.orders import lifecycle
 from largesse.orders.models import reward_field_values, rewards
@@ -24,7 +25,7 @@ from largesse.orgs.models import organizations
 from largesse.redemption import tokens
 from largesse.redemption.models import payouts, redemption_tokens
 from largesse.redemption.providers import OutOfStock, provider_for
-from largesse.redemption.style import format_money, safe_url, theme_css
+from largesse.redemption.style import safe_url, theme_css
 from largesse.timeutil import utcnow
 
 
