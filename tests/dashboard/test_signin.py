@@ -10,6 +10,7 @@ from sqlalchemy import update
 from largesse import db
 from largesse.dashboard import signin
 from largesse.dashboard.models import signin_tokens
+from largesse.orgs.models import members
 from tests.dashboard.conftest import (
     add_member,
     csrf_of,
@@ -54,6 +55,19 @@ def test_emailed_link_signs_in_once(engine, server, org):
         assert again.get(links[0]).status_code == 410
         assert "This sign-in link has expired" in text_of(again.get(links[0]).text)
         again.close()
+
+
+def test_a_name_with_control_characters_still_gets_its_link(engine, server, org):
+    """A CR in the member's name (any API client may set it) made the sign-in email fail to
+    build, for good: that member could never sign in by email."""
+    _, email = add_member(engine, org.id)
+    with db.write(engine) as conn:
+        conn.execute(update(members).where(members.c.email == email).values(name="Mia\rMember, <x@evil.example>"))
+    with page_client(server.url) as client:
+        assert ask_for_link(client, email).status_code == 200
+        deliver_mail(engine, server.settings)
+        (link,) = signin_links(server.settings, email)
+        assert sign_in_with_link(client, link).status_code == 303
 
 
 def test_unknown_address_gets_the_same_answer(engine, server, org):

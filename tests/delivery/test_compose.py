@@ -26,8 +26,8 @@ def reference(mail: compose.RewardMail, *, link: str, mail_from: str, mail_from_
     copy = compose.render(mail, link=link, mail_from_name=mail_from_name)
     msg = EmailMessage()
     msg["Subject"] = copy.subject
-    msg["From"] = Address(display_name=copy.sender_name, addr_spec=mail_from)
-    msg["To"] = Address(display_name=compose._one_line(mail.recipient_name or ""), addr_spec=mail.recipient_email)
+    msg["From"] = Address(display_name=compose.display_name(copy.sender_name), addr_spec=mail_from)
+    msg["To"] = Address(display_name=compose.display_name(mail.recipient_name), addr_spec=mail.recipient_email)
     msg["Date"] = format_datetime(NOW.replace(tzinfo=UTC))
     msg["Message-ID"] = MSGID
     msg["X-Largesse-Reward-Id"] = mail.reward_id
@@ -88,6 +88,23 @@ def test_an_address_the_email_package_refuses_is_refused_the_same():
     with pytest.raises(ValueError) as expected:
         reference(mail, **args)
     assert type(built.value) is type(expected.value)
+
+
+@pytest.mark.parametrize("forged", [
+    "x" * 30 + " <ceo@bank.example>, " + "y" * 30,  # long enough to fold: the quotes were dropped
+    'Short "<ceo@bank.example>", z',
+    "Acme\r\nBcc: victim@example.com",
+])
+def test_a_name_never_adds_an_address(forged):
+    """Names come from API clients (sender_name, a campaign's, the organization's, the
+    recipient's): whatever they hold, From and To each carry exactly the one address."""
+    mail = _mail(recipient_name=forged, delivery_meta={"sender_name": forged})
+    built = compose.build(mail, now=NOW, link="https://x.example/redeem/a", mail_from="rewards@example.com",
+                          mail_from_name="L")
+    message = email.message_from_bytes(built.data, policy=email.policy.default)
+    assert [a.addr_spec for a in message["From"].addresses] == ["rewards@example.com"]
+    assert [a.addr_spec for a in message["To"].addresses] == ["alex@example.com"]
+    assert message["Bcc"] is None and built.recipients == ("alex@example.com",)
 
 
 def test_boundary_never_in_a_part(monkeypatch):

@@ -96,9 +96,22 @@ def unknown_placeholders(text: str | None, labels) -> list[str]:
     return found
 
 
-def _one_line(text: str) -> str:
-    """Header values must not contain line breaks (header injection)."""
-    return " ".join(text.split())
+def one_line(text: str) -> str:
+    """Header values must not contain line breaks (header injection): every run of white space
+    and control characters becomes one space."""
+    return " ".join(_CONTROLS.sub(" ", text).split())
+
+
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Address syntax: a display name keeps none of it. Quoting would do on its own, but the email
+# package drops a display name's quotes when it folds a long From/To line, and a name such as
+# `x <ceo@bank.example>, y` then read as an address of its own (a forged sender).
+_ADDRESS_SYNTAX = re.compile(r'[<>@,;:"\\()\[\]]')
+
+
+def display_name(text: str | None) -> str:
+    """A name for a From or To header, on one line and without address syntax."""
+    return one_line(_ADDRESS_SYNTAX.sub(" ", text or ""))
 
 
 def _color(value, default: str) -> str:
@@ -159,7 +172,7 @@ def copy_of(*, delivery_meta: dict | None, email_style: dict | None, webpage_sty
     """The copy of a reward, chosen most specific first (the order's delivery.meta, then the
     campaign) and its placeholders filled: one rule for the email and the page."""
     meta, style, page = delivery_meta or {}, email_style or {}, webpage_style or {}
-    sender_name = _one_line(_pick(meta.get("sender_name"), style.get("sender_name"), default_sender) or "")
+    sender_name = one_line(_pick(meta.get("sender_name"), style.get("sender_name"), default_sender) or "")
     headline = _pick(page.get("headline"))
     message = _pick(meta.get("message"), page.get("message"))
     return Copy(sender_name=sender_name,
@@ -177,7 +190,7 @@ def render(mail: RewardMail, *, link: str, mail_from_name: str) -> Rendered:
     sender_name = copy.sender_name
     value = format_money(mail.denomination_cents, mail.currency_code)  # as the redemption page shows it
     subject = _pick(meta.get("subject_line"), style.get("subject_line")) or f"{sender_name} sent you a {value} reward"
-    subject = _one_line(fill_placeholders(subject, values))
+    subject = one_line(fill_placeholders(subject, values))
     headline = copy.headline or "You've received a reward"
     message = copy.message
     height = style.get("logo_image_height_px")
@@ -209,11 +222,11 @@ def build(mail: RewardMail, *, link: str, mail_from: str, mail_from_name: str, n
     copy = render(mail, link=link, mail_from_name=mail_from_name)
     sender_name, subject = copy.sender_name, copy.subject
 
-    recipient = Address(display_name=_one_line(mail.recipient_name or ""), addr_spec=mail.recipient_email)
+    recipient = Address(display_name=display_name(mail.recipient_name), addr_spec=mail.recipient_email)
     utf8 = not (mail_from + mail.recipient_email).isascii()
     headers = (
         ("Subject", subject),
-        ("From", _sender(sender_name, mail_from)),  # an invalid address raises ValueError, as before
+        ("From", _sender(display_name(sender_name), mail_from)),  # an invalid address raises ValueError, as before
         ("To", str(recipient)),
         ("Date", format_datetime(now.replace(tzinfo=UTC))),
         ("Message-ID", make_msgid(domain=mail_from.rpartition("@")[2] or None)),
