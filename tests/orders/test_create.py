@@ -407,3 +407,15 @@ def test_org_fee_settings_apply(org, http, cli):
     assert order["payment"]["subtotal"] == 60 and order["payment"]["fees"] == 2.5
     assert order["payment"]["total"] == 62.5
     assert available_cents(http) == 500000 - 6250
+
+
+def test_a_zero_decimal_currencys_range_is_written_without_decimals(engine, server):
+    """The band of a JPY product, in the message of a refused denomination: "100 and 100000 JPY",
+    not "100.00 and 100000.00 JPY" (amounts of a currency are written with its own decimals)."""
+    from tests.yen_kit import yen_order_body, yen_org, yen_product
+
+    org, product = yen_org(engine, server.url), yen_product(engine)
+    with org.http() as http:
+        refused = error(http.post("/orders", json=yen_order_body(org.member_email, product, yen=50)), 400)
+    assert refused["payload"]["reward"]["value"]["denomination"] == [
+        f"must be between 100 and 100000 JPY for product {product}"]

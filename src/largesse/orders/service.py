@@ -34,7 +34,7 @@ from largesse.forex import conversion
 from largesse.funding import service as funding
 from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
-from largesse.money import MoneyError, decimals_for, format_amount, percent_of, to_cents
+from largesse.money import MoneyError, amount_in, decimals_for, percent_of, to_cents
 from largesse.ops import metrics
 from largesse.orders import approvals, pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
@@ -398,7 +398,8 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
                 errors.add(loc + ("products",), f"product {pid} is not available in {reward_currency}")
             elif cents and not band["min_cents"] <= cents <= band["max_cents"]:
                 errors.add(loc + ("value", "denomination"),
-                           f"must be between {format_amount(band['min_cents'])} and {format_amount(band['max_cents'])} "
+                           f"must be between {amount_in(band['min_cents'], reward_currency)} and "
+                           f"{amount_in(band['max_cents'], reward_currency)} "
                            f"{reward_currency} for product {pid}")
         method = r.delivery.method
         name = (r.recipient.name or "").strip()
@@ -502,7 +503,7 @@ def _campaign_offer(errors: _Errors, loc: tuple, campaign, catalog_rows: dict, c
         low, high = min(b["min_cents"] for _, b in in_currency), max(b["max_cents"] for _, b in in_currency)
         errors.add(loc + ("value", "denomination"),
                    f"no product of campaign {campaign.id} takes this value: their ranges lie between "
-                   f"{format_amount(low)} and {format_amount(high)} {currency}")
+                   f"{amount_in(low, currency)} and {amount_in(high, currency)} {currency}")
     return fitting
 
 
