@@ -169,6 +169,18 @@ def test_db_upgrade_creates_a_new_database_and_says_so(tmp_path):
     listed = _run(tmp_path, "org", "list")
     assert listed.returncode == 0 and listed.stdout.strip() == "no organizations"
 
+def test_commands_starting_together_on_a_new_sqlite_database_wait_for_each_other(tmp_path):
+    """serve, worker and org create started at once on an empty folder: one migrated and the
+    others failed with "database is locked" (PostgreSQL's upgrades already waited)."""
+    commands = [("db", "upgrade"), ("db", "upgrade"), ("db", "upgrade"),
+                ("org", "create", "--name", "Together", "--member-email", "t@example.com")]
+    env = {k: v for k, v in os.environ.items() if k != "LARGESSE_DATABASE_URL"}
+    started = [subprocess.Popen([LARGESSE, *command], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for command in commands]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in started]
+    assert [code for code, _, _ in results] == [0, 0, 0, 0], results
+    assert "Together" in _run(tmp_path, "org", "list").stdout
+
 
 @pytest.mark.parametrize("command", [
     ("org", "create", "--name", "First", "--member-email", "first@example.com"),  # README's first step

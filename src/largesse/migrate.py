@@ -1,13 +1,19 @@
 """Schema migrations, shipped inside the package and applied programmatically.
 
 `largesse serve` and `largesse db upgrade` call upgrade(); a brand-new empty database
-gets the whole schema. On PostgreSQL an advisory lock makes concurrent upgrades (several
-processes starting at once) wait for each other instead of racing.
+gets the whole schema. Concurrent upgrades (several processes starting at once) wait for each
+other instead of racing: on PostgreSQL through an advisory lock, on SQLite through an flock of
+the database's folder (_sqlite_folder_lock).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import Engine, text
@@ -69,9 +75,43 @@ def alembic_config(url: str | None = None):
     return cfg
 
 
+@contextlib.contextmanager
+def _sqlite_folder_lock(engine: Engine, timeout: float = 120.0) -> Iterator[None]:
+    """Hold an exclusive flock of the SQLite database's folder while migrating. Not the file's:
+    closing another descriptor of the database file would drop the POSIX locks SQLite holds
+    in this process. Without it, `serve`, `worker` and `org create` started together on a new
+    database raced: one migrated, the others met "database is locked" or tables that already
+    existed. flock and SQLite's fcntl locks do not interact on Linux."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    folder = os.open(Path(database).resolve().parent, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"another process has been migrating {database} for {timeout:.0f} s") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(folder)  # releases the flock
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     if revision == "head" and is_at_head(engine):
         return
+    with _sqlite_folder_lock(engine):
+        if revision == "head" and is_at_head(engine):  # another process migrated while we waited
+            return
+        _upgrade(engine, revision)
+
+
+def _upgrade(engine: Engine, revision: str) -> None:
     from alembic import command
 
     with engine.connect() as conn:
