@@ -205,7 +205,18 @@ BAD_CATALOGS = {
     "usage_instructions not a string": json.dumps({"products": [_product("PBADUSAGE00001",
                                                                          usage_instructions=["a"])]}),
     "duplicate ids": json.dumps({"products": [_product("PDUPLICATE0001"), _product("PDUPLICATE0001")]}),
+    "a null entry": json.dumps({"products": [None]}),
+    "a missing key": json.dumps({"products": [{k: v for k, v in _product("PNOCATEGORY001").items()
+                                               if k != "category"}]}),
 }
+
+
+@pytest.mark.parametrize(("name", "message"), [("a null entry", "products[0] must be an object, not NoneType"),
+                                               ("a missing key", "products[0]: the key 'category' is missing")])
+def test_products_import_names_what_is_wrong(cli, tmp_path, name, message):
+    path = tmp_path / "bad.json"
+    path.write_text(BAD_CATALOGS[name])
+    assert message in cli("products", "import", str(path), check=False).stderr
 
 
 @pytest.mark.parametrize("name", list(BAD_CATALOGS))

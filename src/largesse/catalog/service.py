@@ -141,9 +141,13 @@ def parse_catalog(document: dict) -> list[dict]:
         raise CatalogError('a catalog is a JSON object {"products": [...]}')
     rows, seen = [], set()
     for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise CatalogError(f"products[{index}] must be an object, not {type(item).__name__}")
         try:
             rows.append(_parse_product(item))
-        except (KeyError, TypeError, MoneyError, CatalogError) as exc:
+        except KeyError as exc:
+            raise CatalogError(f"products[{index}]: the key {exc} is missing") from exc
+        except (TypeError, MoneyError, CatalogError) as exc:
             raise CatalogError(f"products[{index}]: {exc}") from exc
         if rows[-1]["id"] in seen:
             raise CatalogError(f"products[{index}]: duplicate id {rows[-1]['id']}")
