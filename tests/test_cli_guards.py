@@ -145,6 +145,47 @@ def test_a_lone_server_removes_its_metrics_folder_when_stopped(tmp_path):
     assert not [p.name for p in temp.iterdir() if p.name.startswith("largesse-metrics-")]
 
 
+def test_api_processes_die_with_a_killed_serve(tmp_path):
+    """`serve --workers 2` killed with SIGKILL: its API processes kept serving, and the next
+    start was refused ("port ... already in use")."""
+    import signal
+    import socket
+
+    port = free_port()
+    children: list[int] = []
+    env = {k: v for k, v in os.environ.items() if k != "LARGESSE_DATABASE_URL"}
+    server = subprocess.Popen([LARGESSE, "serve", "--port", str(port), "--workers", "2"], cwd=tmp_path,
+                              env={**env, "LARGESSE_RUN_WORKER": "0"}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for_health(port), "serve did not start"
+        children += [int(p) for p in subprocess.run(["ps", "-o", "pid=", "--ppid", str(server.pid)],
+                                                    capture_output=True, text=True).stdout.split()]
+        assert children
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while any(map(_running, children)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [pid for pid in children if _running(pid)] == []
+        with socket.socket() as again:
+            again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            again.bind(("127.0.0.1", port))  # free for the next start
+    finally:
+        if server.poll() is None:
+            server.kill()
+        for pid in children:  # none is left when the test passes
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # not a zombie
+    except (OSError, IndexError):
+        return False
+
+
 def _wait_for_health(port: int, timeout: float = 60) -> bool:
     import urllib.request
 

@@ -255,6 +255,9 @@ def create_served_app() -> FastAPI:
     view, so a full collection walks the objects of requests only. Measured under load: full
     collections of 40-240 ms, a few per 10 s, every request of the process waiting meanwhile
     (the p99); after, a few ms (docs/benchmarks.md)."""
+    from largesse.delivery.supervisor import API_PARENT_ENV, bind_to_parent
+
+    bind_to_parent(API_PARENT_ENV)  # an API process of `serve --workers N` dies with serve
     app = create_app()
     gc.collect()
     gc.freeze()

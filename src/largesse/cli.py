@@ -94,6 +94,12 @@ def serve(
             "and the redemption pages' CSRF key is kept in the database. Production must set "
             "LARGESSE_SECRET_KEY (the same value in every process).", key_file_path(settings.database_url))
     supervisor = None
+    if workers > 1:
+        # The API processes die with this one, even when it is killed (SIGKILL): uvicorn's
+        # own shutdown needs it alive, and orphans kept the port, refusing the next start.
+        from largesse.delivery.supervisor import API_PARENT_ENV
+
+        os.environ[API_PARENT_ENV] = str(os.getpid())
     if settings.run_worker and workers > 1:
         # One delivery supervisor for the server, in this (uvicorn's supervising) process; the
         # API processes must not start their own.

@@ -48,6 +48,8 @@ from largesse.config import Settings
 log = logging.getLogger("largesse.delivery")
 
 SUPERVISOR_ENV = "LARGESSE_SUPERVISOR_PID"
+# The PID of `largesse serve --workers N`, in its API processes: they die with it (cli.serve).
+API_PARENT_ENV = "LARGESSE_API_PARENT_PID"
 RESTART_MIN_S, RESTART_MAX_S, HEALTHY_AFTER_S = 1.0, 30.0, 60.0
 
 
@@ -176,12 +178,18 @@ def lower_priority(settings: Settings) -> None:
 
 
 def bind_to_supervisor() -> None:
-    """In a supervised child (`largesse worker` started by DeliverySupervisor): die with the parent.
+    """In a supervised child (`largesse worker` started by DeliverySupervisor): die with the parent."""
+    bind_to_parent(SUPERVISOR_ENV)
+
+
+def bind_to_parent(env_name: str) -> None:
+    """Die with the process whose PID the environment variable env_name names, if it is set (a
+    child of `largesse serve`: a delivery process, or an API process of `--workers N`).
 
     PR_SET_PDEATHSIG makes the kernel SIGKILL this process when its parent goes; if the parent
     is already gone (it died before this call), exit now. Elsewhere than Linux, a thread polls.
     """
-    raw = os.environ.get(SUPERVISOR_ENV)
+    raw = os.environ.get(env_name)
     if not raw or not raw.isdigit():
         return
     parent = int(raw)
