@@ -173,7 +173,7 @@ def _parse_product(item: dict) -> dict:
             raise CatalogError("each sku needs a currency_code")
         currency = codes.currency(sku["currency_code"])
         if currency is None:
-            raise CatalogError(f"{sku['currency_code']!r} is not one of the currency codes of API.md §5 (ISO 4217)")
+            raise CatalogError(f"{sku['currency_code']!r} is not an ISO 4217 currency code Largesse supports")
         low, high = to_cents(sku["min"]), to_cents(sku["max"])
         if not 0 < low <= high:
             raise CatalogError("each sku needs 0 < min <= max")

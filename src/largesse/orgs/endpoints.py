@@ -126,7 +126,7 @@ async def create_organization(body: CreateOrganizationIn, caller: CallerDep, eng
         raise BadRequest("website must be an http(s) URL or a domain name", {"website": ["is not a valid URL"]})
     currency = codes.currency(body.currency_code) if body.currency_code else None
     if body.currency_code and currency is None:
-        raise BadRequest("currency_code must be one of the currency codes of API.md §5 (ISO 4217)",
+        raise BadRequest("currency_code must be an ISO 4217 currency code Largesse supports, e.g. USD, EUR, JPY",
                          {"currency_code": ["is not a currency"]})
     copy = (body.copy_settings or CopySettingsIn()).model_dump()
 

@@ -69,7 +69,7 @@ def create_org(conn: Connection, *, name: str, member_email: str, member_name: s
     name = clean_name(name)
     currency = codes.currency(currency_code)
     if currency is None:
-        raise OrgError(f"{currency_code!r} is not one of the currency codes of API.md §5 (ISO 4217)")
+        raise OrgError(f"{currency_code!r} is not an ISO 4217 currency code Largesse supports")
     currency_code = currency
     org_id = new_id()
     conn.execute(organizations.insert().values(
