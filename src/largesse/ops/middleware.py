@@ -35,6 +35,38 @@ UNMATCHED = "<unmatched>"
 LOGGED_PATH_LENGTH = 1000
 
 
+def route_template(scope) -> str:
+    """The template of the route that answered (`/api/v2/rewards/{id}`), for the metrics and
+    the log: never the path itself, whose IDs and tokens would make a label per request.
+
+    FastAPI leaves in scope["route"] the route as its router declared it, without the prefix it
+    was included under: added back here, the API's (static) at once, the dashboard's found
+    from the path. Routes that set no scope["route"] (FastAPI's /openapi.json) are looked up
+    among the application's parameterless routes; what matched nothing is UNMATCHED."""
+    route, path = scope.get("route"), scope["path"]
+    template = getattr(route, "path", None)
+    if template is None:
+        return _static_route(scope) or UNMATCHED
+    if path.startswith(API_PREFIX):
+        return template if template.startswith(API_PREFIX) else API_PREFIX + template
+    if template and path.startswith(template) and "{" not in template:
+        return template
+    regex = getattr(route, "path_regex", None)
+    if regex is not None:
+        for cut in [0, *(i for i, c in enumerate(path) if c == "/" and i), len(path)]:
+            if regex.match(path[cut:]):
+                return path[:cut] + template
+    return template or UNMATCHED
+
+
+def _static_route(scope) -> str | None:
+    app = scope.get("app")
+    for route in getattr(getattr(app, "router", None), "routes", ()):
+        if getattr(route, "path", None) == scope["path"] and "{" not in route.path:
+            return route.path
+    return None
+
+
 def loggable_path(path: str) -> str:
     """The path without secrets: redemption, sign-in and report tokens are bearer secrets, never
     logged; and without control characters (a %0A in a URL must not start a forged log line)."""
@@ -81,10 +113,7 @@ class ObservabilityMiddleware:
             status = await self._error_response(scope, exc, send_with_id)
         finally:
             seconds = time.perf_counter() - start
-            route = scope.get("route")
-            template = getattr(route, "path", None) or UNMATCHED
-            if template[0] == "/" and not template.startswith(API_PREFIX) and scope["path"].startswith(API_PREFIX):
-                template = API_PREFIX + template
+            template = route_template(scope)
             method = scope["method"]
             metrics.observe_request(method, template, status, seconds)
             if access_log.isEnabledFor(logging.INFO):
