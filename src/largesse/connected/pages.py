@@ -18,14 +18,14 @@ import hmac
 import logging
 import re
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import jinja2
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, Response
 
-from largesse import db
+from largesse import db, forms_limits
 from largesse.connected import service
 from largesse.dashboard import signin
 from largesse.funding import service as funding
@@ -43,6 +43,7 @@ templates = jinja2.Environment(
 THEME = theme_css(None, None)
 CSRF_COOKIE = "largesse_connect_csrf"
 MAX_FORM_BYTES = 4096
+MAX_FIELDS = 10  # the form sends a CSRF token
 # What may follow /connect/: a token (secrets.token_urlsafe); anything else is the HTML 404.
 TOKEN_PATH = re.compile(r"[A-Za-z0-9_\-]{1,200}")
 
@@ -55,6 +56,8 @@ MESSAGES = {
                 "new one."),
     "csrf": (403, "Please try again", "Your sign-in could not be confirmed because the page had expired or "
              "cookies are blocked. Reload the page and try again."),
+    "bad_form": (400, "Please try again", "The sign-in form could not be read. Reload the page and try again."),
+    "too_large": (413, "Please try again", "The sign-in form was too large. Reload the page and try again."),
     "error": (500, "Something went wrong", "We could not sign you in. Please try again in a few minutes."),
 }
 
@@ -109,16 +112,14 @@ def _show(request: Request, token: str) -> Response:
     return response
 
 
-def _same_origin(request: Request) -> bool:
-    origin = request.headers.get("origin")
-    return not origin or origin == "null" or urlsplit(origin).netloc == request.headers.get("host", "")
-
-
 def _spend(request: Request, token: str, body: bytes) -> Response:
-    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), max_num_fields=10).items()}
-    if not _same_origin(request) or not security.csrf_ok(_csrf_key(request), service.hash_token(token),
-                                                         request.cookies.get(CSRF_COOKIE),
-                                                         form.get(security.CSRF_FIELD)):
+    try:
+        form = forms_limits.first_values(body, max_fields=MAX_FIELDS)
+    except forms_limits.FormRefused:  # e.g. too many fields: a 400 page, not a 500
+        return _message("bad_form")
+    if not forms_limits.same_origin(request) or not security.csrf_ok(
+            _csrf_key(request), service.hash_token(token), request.cookies.get(CSRF_COOKIE),
+            form.get(security.CSRF_FIELD)):
         return _message("csrf")
     try:
         with db.write(request.app.state.engine) as conn:
@@ -158,9 +159,8 @@ async def show_connect(request: Request, token: str) -> Response:
 
 @router.post("/connect/{token}")
 async def spend_connect(request: Request, token: str) -> Response:
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return _message("csrf")
+    try:
+        body = await forms_limits.read_body(request, MAX_FORM_BYTES)
+    except forms_limits.FormRefused:
+        return _message("too_large")
     return await run_in_threadpool(_guarded, _spend, request, token, body)

@@ -1,7 +1,11 @@
 """Reading the dashboard's forms, and their CSRF protection.
 
-Forms are parsed with the standard library (urlencoded: urllib; multipart, for the CSV
-upload: the email package's MIME parser), so the dashboard needs no form library.
+Forms are read by largesse.forms_limits (the redemption and connect pages' reader too), with
+the standard library, so the dashboard needs no form library: urlencoded by urllib, multipart
+(the CSV upload) by its small parser. Within limits: at most MAX_FORM_BYTES and MAX_FIELDS
+fields; a multipart body only where a route takes an upload (route(upload=True)), at most
+MAX_UPLOAD_BYTES in MAX_PARTS parts, one of them a file, none of them nested multipart. Beyond a
+limit, forms_limits.FormRefused: 413 or 400 with the dashboard's message page (web.route).
 
 CSRF is the redemption pages' signed double-submit (redemption/security.py), reused: a
 random nonce in an HttpOnly, SameSite=Lax cookie scoped to /dashboard, and in each form
@@ -15,23 +19,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from email import policy
-from email.parser import BytesParser
-from urllib.parse import parse_qs
 
 from starlette.requests import Request
 
+from largesse import forms_limits
 from largesse.redemption import security
 
 CSRF_COOKIE = "largesse_dashboard_csrf"
 CSRF_FIELD = security.CSRF_FIELD
 MAX_FORM_BYTES = 64 * 1024
 MAX_UPLOAD_BYTES = 900 * 1024  # under the app's 1 MB body limit (app.RequestGuard): 5,000 rows fit
-MAX_FIELDS = 400
-
-
-class FormTooLarge(Exception):
-    pass
+MAX_FIELDS = 400  # urlencoded: send one carries up to 100 products and each custom field
+MAX_PARTS = 120  # multipart (the CSV upload): the file, up to 100 products, a few choices
+OVERHEAD = 4096  # over a limit: a multipart body's boundaries and part headers
 
 
 # --- amounts ------------------------------------------------------------------------------------
@@ -95,37 +95,23 @@ def clean(value: str) -> str:
     return value.replace("\x00", "").strip()
 
 
-async def read_form(request: Request) -> Form:
+async def read_body(request: Request, *, upload: bool = False) -> bytes:
+    """The raw body, within the route's size limit (FormRefused 413 beyond it): MAX_UPLOAD_BYTES
+    for a multipart body where the route takes an upload, else MAX_FORM_BYTES. Async, for the
+    event loop: it only collects bytes; parse() reads them, in the thread pool."""
+    if upload and request.headers.get("content-type", "").startswith("multipart/form-data"):
+        return await forms_limits.read_body(request, MAX_UPLOAD_BYTES, overhead=OVERHEAD)
+    return await forms_limits.read_body(request, MAX_FORM_BYTES, overhead=OVERHEAD)
+
+
+def parse(request: Request, body: bytes) -> Form:
+    """The form in a body read_body() accepted (FormRefused 400 beyond the field limits).
+    Synchronous and bounded by the limits: web.route runs it in the thread pool."""
     content_type = request.headers.get("content-type", "")
-    limit = MAX_UPLOAD_BYTES if content_type.startswith("multipart/") else MAX_FORM_BYTES
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit + 4096:
-            raise FormTooLarge(f"The form is larger than {limit // 1024} KB")
     if content_type.startswith("multipart/form-data"):
-        return _multipart(content_type, body)
-    values = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=MAX_FIELDS)
-    return Form(values=values)
-
-
-def _multipart(content_type: str, body: bytes) -> Form:
-    message = BytesParser(policy=policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
-    form = Form()
-    if not message.is_multipart():
-        return form
-    for part in list(message.iter_parts())[:MAX_FIELDS]:
-        name = part.get_param("name", header="content-disposition")
-        if not name:
-            continue
-        payload = part.get_payload(decode=True) or b""
-        filename = part.get_filename()
-        if filename is not None:
-            form.files[name] = (filename[:200], payload)
-        else:
-            form.values.setdefault(name, []).append(payload.decode("utf-8", "replace"))
-    return form
+        values, files = forms_limits.parse_multipart(content_type, body, max_parts=MAX_PARTS, max_files=1)
+        return Form(values=values, files=files)
+    return Form(values=forms_limits.parse_urlencoded(body, max_fields=MAX_FIELDS, keep_blank_values=True))
 
 
 def binding(session_hash: str | None) -> str:

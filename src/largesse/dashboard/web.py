@@ -1,10 +1,11 @@
 """The dashboard's request plumbing: one route() decorator, the page context, rendering.
 
 A page handler is a plain function `handler(ctx, **path_params) -> Response`, run in the
-thread pool. route() reads the form of a POST, checks its CSRF token, resolves the viewer
-through access.viewer() with the action the route needs, and turns access's exceptions
-into the sign-in redirect, the 403 page and the 404 page. Handlers parse, call a service,
-render: rules live in the services.
+thread pool. route() collects the body of a POST on the event loop (within forms' size
+limits) and, in the thread pool: resolves the viewer through access.viewer() with the action
+the route needs, parses the form (within forms' field limits: else 400/413 with the message
+page), checks its CSRF token, and turns access's exceptions into the sign-in redirect, the 403
+page and the 404 page. Handlers parse, call a service, render: rules live in the services.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from largesse import db
+from largesse import db, forms_limits
 from largesse.dashboard import access, forms, signin
 from largesse.money import amount_in
 from largesse.redemption import security
@@ -194,20 +195,35 @@ def _csrf_key(request: Request) -> bytes:
     return state.redemption_csrf_key
 
 
-def _run(handler, request: Request, form: forms.Form | None, action: str | None, kwargs: dict) -> Response:
+REFUSED_TITLES = {413: "The form is too large", 400: "The form could not be read"}
+
+
+def _run(handler, request: Request, body: bytes | forms_limits.FormRefused | None, action: str | None,
+         kwargs: dict) -> Response:
+    """In the thread pool. body: None for a GET; for a POST, the bytes forms.read_body() took,
+    or the FormRefused it raised. The cheap checks come first (the sign-in, then the CSRF
+    cookie), so a form is parsed only when its content can matter."""
     state = request.app.state
     nonce = request.cookies.get(forms.CSRF_COOKIE)
     fresh = not security.valid_nonce(nonce)
-    ctx = Ctx(request, state.engine, state.settings, None, form or forms.Form(),
+    ctx = Ctx(request, state.engine, state.settings, None, forms.Form(),
               nonce=security.new_nonce() if fresh else nonce, new_nonce=fresh, csrf_key=_csrf_key(request))
     try:
         if action is not None:
             ctx.viewer = access.viewer(state.engine, request.cookies.get(signin.COOKIE), action=action,
                                        environment=state.settings.environment)
-        if form is not None and (fresh or not forms.csrf_ok(ctx.csrf_key, ctx.viewer.session_hash if ctx.viewer
-                                                             else None, nonce, form)):
-            return ctx.message(403, "Please try again", "The form had expired or cookies are blocked. "
-                               "Go back, reload the page and send it again.")
+        if body is not None:
+            if fresh:
+                return _expired(ctx)
+            try:
+                if isinstance(body, forms_limits.FormRefused):
+                    raise body
+                ctx.form = forms.parse(request, body)
+            except forms_limits.FormRefused as exc:
+                return ctx.message(exc.status, REFUSED_TITLES.get(exc.status, REFUSED_TITLES[400]),
+                                   f"{exc.text} Go back, reload the page and send it again.")
+            if not forms.csrf_ok(ctx.csrf_key, ctx.viewer.session_hash if ctx.viewer else None, nonce, ctx.form):
+                return _expired(ctx)
         return handler(ctx, **kwargs)
     except access.SignInRequired:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -224,18 +240,26 @@ def _run(handler, request: Request, form: forms.Form | None, action: str | None,
         raise
 
 
-def route(router, method: str, path: str, *, action: str | None = "view"):
-    """Register handler(ctx, **path params) for METHOD path. action None: no sign-in needed."""
+def _expired(ctx: Ctx) -> HTMLResponse:
+    return ctx.message(403, "Please try again", "The form had expired or cookies are blocked. "
+                       "Go back, reload the page and send it again.")
+
+
+def route(router, method: str, path: str, *, action: str | None = "view", upload: bool = False):
+    """Register handler(ctx, **path params) for METHOD path. action None: no sign-in needed;
+    upload: the route takes a multipart form with a file (forms.MAX_UPLOAD_BYTES)."""
 
     def register(handler):
         async def endpoint(request: Request) -> Response:
-            form = None
+            # On the event loop only the body's bytes are collected; parsing it, like the
+            # handler, runs in the thread pool (_run).
+            body = None
             if method == "POST":
                 try:
-                    form = await forms.read_form(request)
-                except forms.FormTooLarge as exc:
-                    return HTMLResponse(str(exc), status_code=413, headers=security.page_headers())
-            return await run_in_threadpool(_run, handler, request, form, action, dict(request.path_params))
+                    body = await forms.read_body(request, upload=upload)
+                except forms_limits.FormRefused as exc:
+                    body = exc
+            return await run_in_threadpool(_run, handler, request, body, action, dict(request.path_params))
 
         endpoint.__name__ = handler.__name__
         router.add_api_route(path, endpoint, methods=[method], include_in_schema=False)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import jinja2
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from largesse import db
+from largesse import db, forms_limits
 from largesse.fraud import service as fraud
 from largesse.redemption import ratelimit, security, service, tokens
 from largesse.redemption.style import theme_css
@@ -29,6 +28,7 @@ templates = jinja2.Environment(
     autoescape=True, trim_blocks=True, lstrip_blocks=True,
 )
 MAX_FORM_BYTES = 4096
+MAX_FIELDS = 10  # the form sends a CSRF token and the product chosen
 DEVICE_COOKIE = "largesse_device"
 DEVICE_COOKIE_SECONDS = 2 * 365 * 24 * 3600
 DEFAULT_THEME = theme_css(None, None)
@@ -41,6 +41,8 @@ MESSAGES = {
     429: ("Too many attempts", "There have been too many requests for this page. Please wait a minute and "
           "try again."),
     500: ("Something went wrong", "We could not load your reward. Please try again in a few minutes."),
+    400: ("Please try again", "Your choice could not be read. Reload the page and choose again."),
+    413: ("Request too large", "The form was too large. Reload the page and choose again."),
     "canceled": ("This reward was canceled", "The sender canceled this reward, so it can no longer be "
                  "redeemed. If you think this is a mistake, please contact the sender."),
     "expired": ("This reward has expired", "The time to redeem this reward has passed, so it can no longer "
@@ -164,24 +166,16 @@ def _get(request: Request, token: str) -> Response:
     return limited or _show(request, token)
 
 
-def _same_origin(request: Request) -> bool:
-    """When a browser names the Origin of a POST it must be this site (defence in depth).
-
-    Under Referrer-Policy no-referrer browsers send "Origin: null"; the CSRF token decides then.
-    """
-    origin = request.headers.get("origin")
-    if not origin or origin == "null":
-        return True
-    return urlsplit(origin).netloc == request.headers.get("host", "")
-
-
 def _post(request: Request, token: str, body: bytes) -> Response:
     limited = _rate_limited(request, token, post=True)
     if limited:
         return limited
-    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), max_num_fields=10).items()}
+    try:
+        form = forms_limits.first_values(body, max_fields=MAX_FIELDS)
+    except forms_limits.FormRefused as exc:  # e.g. too many fields: a 400 page, not a 500
+        return _message(exc.status, page=_page_of(request, token))
     nonce = request.cookies.get(security.CSRF_COOKIE)
-    if not _same_origin(request) or not security.csrf_ok(
+    if not forms_limits.same_origin(request) or not security.csrf_ok(
             _csrf_key(request), tokens.hash_token(token), nonce, form.get(security.CSRF_FIELD)):
         return _message(403, page=_page_of(request, token))  # branded as the link's other pages
     product_id = form.get("product_id", "")[:40]
@@ -234,9 +228,8 @@ async def show_reward(request: Request, token: str) -> Response:
 
 @router.post("/redeem/{token}")
 async def redeem_reward(request: Request, token: str) -> Response:
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return _render("message.html", 413, title="Request too large", text="The form was too large.")
+    try:
+        body = await forms_limits.read_body(request, MAX_FORM_BYTES)
+    except forms_limits.FormRefused as exc:
+        return _message(exc.status)
     return await run_in_threadpool(_guarded, _post, request, token, body)
