@@ -89,8 +89,15 @@ def test_a_new_api_key_survives_no_reload(admin, http):
     keys_before = text_of(admin.get("/dashboard/developers").text).count("Revoke key")
     response = post(admin, "/dashboard/developers", "/dashboard/developers/keys", {"label": "once"})
     assert response.status_code == 303 and response.headers["location"] == "/dashboard/developers?done=created"
+    flash = response.headers["set-cookie"]
     page = admin.get(response.headers["location"]).text
     key = re.search(r'id="new-key" class="wide" readonly value="(LRG_SANDBOX_[^"]+)"', page).group(1)
+    # The cookie that carried it is encrypted: neither the key nor its base64 is in it.
+    import base64 as b64
+
+    secret = key.removeprefix("LRG_SANDBOX_")
+    assert secret not in flash and b64.urlsafe_b64encode(key.encode()).decode()[8:40] not in flash
+    assert "LRG_" not in b64.urlsafe_b64decode(flash.split("=", 1)[1].split(";")[0] + "==").decode("latin-1")
     assert "Copy it now: it will not be shown again" in text_of(page)
     reloaded = admin.get(response.headers["location"]).text
     assert key not in reloaded and 'id="new-key"' not in reloaded

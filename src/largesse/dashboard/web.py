@@ -11,11 +11,10 @@ page and the 404 page. Handlers parse, call a service, render: rules live in the
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
-import hmac
 import json
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,6 +23,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import jinja2
+from cryptography.fernet import Fernet, InvalidToken
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -105,6 +105,11 @@ TEMPLATES.filters["number"] = number
 TEMPLATES.globals["campaign_names"] = campaign_labels
 
 
+@functools.lru_cache(maxsize=8)
+def _flash_box(csrf_key: bytes) -> Fernet:
+    return Fernet(base64.urlsafe_b64encode(hashlib.sha256(b"largesse-dashboard-flash:" + csrf_key).digest()))
+
+
 @dataclass
 class Ctx:
     request: Request
@@ -148,18 +153,15 @@ class Ctx:
         return response
 
     # One-time values (a new API key, a new reward's links) across a post/redirect/get: the POST
-    # answers a redirect with a signed cookie scoped to the target page's path, valid
-    # FLASH_SECONDS; the first GET of that page shows it and clears the cookie, so a reload shows
-    # it no more and the POST is not repeated. Nothing is stored on the server (the database
-    # keeps only the key's or the link's hash); the value is bound to the session.
-    def _flash_mac(self, kind: str, body: str) -> str:
-        binding = f"dashboard-flash:{self.viewer.session_hash if self.viewer else ''}:{kind}:{body}"
-        return hmac.new(self.csrf_key, binding.encode(), hashlib.sha256).hexdigest()
-
+    # answers a redirect with a cookie scoped to the target page's path, valid FLASH_SECONDS;
+    # the first GET of that page shows it and clears the cookie, so a reload shows it no more
+    # and the POST is not repeated. Nothing is stored on the server (the database keeps only
+    # the key's or the link's hash). The cookie is encrypted (Fernet, a key derived from the
+    # server's CSRF secret): it carries a secret, which a signed-only cookie showed to whatever
+    # reads the browser's cookie jar or a proxy's headers. It is bound to the session and kind.
     def redirect_with_flash(self, url: str, kind: str, data) -> Response:
-        body = base64.urlsafe_b64encode(json.dumps({"exp": int(time.time()) + FLASH_SECONDS, "data": data},
-                                                   separators=(",", ":")).encode()).decode().rstrip("=")
-        self.flash_out = (urlsplit(url).path, f"{body}.{self._flash_mac(kind, body)}")
+        plain = json.dumps({"kind": kind, "session": self._flash_session(), "data": data}, separators=(",", ":"))
+        self.flash_out = (urlsplit(url).path, _flash_box(self.csrf_key).encrypt(plain.encode()).decode("ascii"))
         return self.redirect(url)
 
     def take_flash(self, kind: str):
@@ -168,14 +170,16 @@ class Ctx:
         if not raw:
             return None
         self.flash_out = (self.request.url.path, "")  # shown once: the answer clears it
-        body, _, mac = raw.rpartition(".")
-        if not body or not hmac.compare_digest(mac, self._flash_mac(kind, body)):
-            return None
         try:
-            value = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        except ValueError:
+            value = json.loads(_flash_box(self.csrf_key).decrypt(raw.encode("ascii"), ttl=FLASH_SECONDS))
+        except (InvalidToken, ValueError, UnicodeEncodeError):
             return None
-        return value.get("data") if isinstance(value, dict) and value.get("exp", 0) >= time.time() else None
+        if not isinstance(value, dict) or value.get("kind") != kind or value.get("session") != self._flash_session():
+            return None
+        return value.get("data")
+
+    def _flash_session(self) -> str:
+        return self.viewer.session_hash if self.viewer else ""
 
     @property
     def secure(self) -> bool:
