@@ -266,6 +266,7 @@ def test_an_unusable_database_url_is_one_line_without_its_password(tmp_path):
     ("LARGESSE_JOB_LEASE_SECONDS", "0", "above 0"),  # every claim a lost lease: emails sent twice
     ("LARGESSE_DB_TIMEOUT_SECONDS", "-1", "above 0"),
     ("LARGESSE_SMTP_TIMEOUT_SECONDS", "nan", "above 0"),
+    ("LARGESSE_REDEEM_LIMIT_PER_IP", "60/min", "whole number"),  # read at the first /redeem: every page a 500
 ])
 def test_a_setting_out_of_its_values_is_one_line(tmp_path, name, value, expected):
     line = _one_line_error(_run(tmp_path, "org", "list", env={name: value}))
@@ -281,6 +282,10 @@ def test_on_off_settings_take_any_capitals():
     for on in ("1", "TRUE", "Yes", "on"):
         settings = Settings.from_env({"LARGESSE_CANCEL_ANY_UNREDEEMED": on, "LARGESSE_WEBHOOK_ALLOW_PRIVATE": on})
         assert settings.cancel_any_unredeemed is True and settings.webhook_allow_private is True, on
+    # 0 turns the API rate limits off; the redemption pages' limits come from the settings too.
+    settings = Settings.from_env({"LARGESSE_API_RATE_LIMIT_PER_KEY": "0", "LARGESSE_REDEEM_LIMIT_PER_IP": "7"})
+    assert settings.api_rate_limit_per_key == 0 and settings.redeem_limit_per_ip == 7
+    assert Settings.from_env(settings.to_env()) == settings
 
 
 def test_names_from_api_clients_reach_the_terminal_escaped(org, http, cli):

@@ -74,6 +74,12 @@ class Settings:
     api_rate_limit_per_key: int = 60_000
     api_rate_limit_per_org: int = 120_000
     api_rate_limit_sync_seconds: float = 1.0
+    # The redemption pages' limits (redemption/ratelimit.py, docs/redemption.md): requests per
+    # window per client address and per link, redemption attempts per link, the window.
+    redeem_limit_per_ip: int = 60
+    redeem_limit_per_token: int = 30
+    redeem_posts_per_token: int = 10
+    redeem_window_seconds: int = 60
     # Operations (docs/operations.md): log lines as "text" or "json"; how long an API request
     # waits for the database (connect, locks, SQLite busy) before answering 503; one statement's cap.
     log_format: str = "text"
@@ -170,8 +176,12 @@ class Settings:
             secret_key=get("SECRET_KEY"),
             webhook_timeout_seconds=seconds("WEBHOOK_TIMEOUT_SECONDS", "10"),
             webhook_allow_private=_flag(get("WEBHOOK_ALLOW_PRIVATE", "0"), "WEBHOOK_ALLOW_PRIVATE"),
-            api_rate_limit_per_key=count("API_RATE_LIMIT_PER_KEY", "60000", 1),
-            api_rate_limit_per_org=count("API_RATE_LIMIT_PER_ORG", "120000", 1),
+            api_rate_limit_per_key=count("API_RATE_LIMIT_PER_KEY", "60000", 0),
+            api_rate_limit_per_org=count("API_RATE_LIMIT_PER_ORG", "120000", 0),
+            redeem_limit_per_ip=count("REDEEM_LIMIT_PER_IP", "60", 1),
+            redeem_limit_per_token=count("REDEEM_LIMIT_PER_TOKEN", "30", 1),
+            redeem_posts_per_token=count("REDEEM_POSTS_PER_TOKEN", "10", 1),
+            redeem_window_seconds=count("REDEEM_WINDOW_SECONDS", "60", 1),
             api_rate_limit_sync_seconds=seconds("API_RATE_LIMIT_SYNC_SECONDS", "1"),
             log_format=_choice(get("LOG_FORMAT", "text").lower(), "LOG_FORMAT", ("text", "json")),
             log_level=_choice(get("LOG_LEVEL", "INFO").upper(), "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR")),

@@ -68,7 +68,7 @@ def _engine(request: Request):
 def _limits(request: Request) -> ratelimit.RateLimits:
     state = request.app.state
     if getattr(state, "redemption_limits", None) is None:
-        state.redemption_limits = ratelimit.RateLimits.from_env()
+        state.redemption_limits = ratelimit.RateLimits.from_settings(state.settings)
     return state.redemption_limits
 
 

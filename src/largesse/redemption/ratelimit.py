@@ -13,7 +13,6 @@ puts many recipients behind one address.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -31,19 +30,10 @@ class RateLimits:
     posts_per_token: int = 10  # redemption attempts (POST) on one link
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> RateLimits:
-        env = os.environ if environ is None else environ
-
-        def number(name: str, default: int) -> int:
-            value = env.get(f"LARGESSE_REDEEM_{name}")
-            return int(value) if value else default
-
-        return cls(
-            window_seconds=number("WINDOW_SECONDS", cls.window_seconds),
-            per_ip=number("LIMIT_PER_IP", cls.per_ip),
-            per_token=number("LIMIT_PER_TOKEN", cls.per_token),
-            posts_per_token=number("POSTS_PER_TOKEN", cls.posts_per_token),
-        )
+    def from_settings(cls, settings) -> RateLimits:
+        """LARGESSE_REDEEM_* (config.Settings: checked when the server starts)."""
+        return cls(window_seconds=settings.redeem_window_seconds, per_ip=settings.redeem_limit_per_ip,
+                   per_token=settings.redeem_limit_per_token, posts_per_token=settings.redeem_posts_per_token)
 
 
 def hit(conn: Connection, bucket: str, window_start: int) -> int:
