@@ -110,8 +110,8 @@ def serve(
     elif workers == 1:
         # uvicorn ends a lone process's SIGTERM by raising it again with the handler it found:
         # the default one killed the process there, and the `finally` below (the metrics
-        # folder) never ran. This one exits through it.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+        # folder) never ran. This one exits through it, with 0 as the multi-process server does.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         uvicorn.run("largesse.app:create_served_app", factory=True, host=host, port=port, workers=workers,
                     log_config=logs.log_config(settings.log_format, settings.log_level),
