@@ -20,7 +20,7 @@ from largesse.delivery.models import jobs
 from largesse.errors import Forbidden, Unprocessable
 from largesse.funding import service as funding
 from largesse.orders import lifecycle
-from largesse.orders.models import orders, rewards
+from largesse.orders.models import PENDING_APPROVAL, orders, rewards
 from largesse.orders.service import EMAIL, PHONE
 from largesse.orgs import service as orgs
 from largesse.redemption import tokens
@@ -80,7 +80,9 @@ def cancel_reward(engine: Engine, *, org: str, reward_id: str, any_delivery: boo
             # Its money is held by the order as a whole: rejecting the order refunds it.
             raise Unprocessable(f"Reward {reward_id} cannot be canceled: its order is pending approval; "
                                 "reject the order instead", {"id": ["its order is pending approval"]})
-        if not lifecycle.close(conn, reward_id, status="CANCELED", at=now, failed_delivery=not any_delivery):
+        amount = cancel_in(conn, reward, at=now, memo=f"reward {reward_id} canceled",
+                           failed_delivery=not any_delivery)
+        if amount is None:
             row = conn.execute(select(rewards.c.status, rewards.c.delivery_status, rewards.c.expires_at)
                                .where(rewards.c.id == reward_id)).one()
             if lifecycle.status(row, at=now) == "ACTIVE":
@@ -89,18 +91,34 @@ def cancel_reward(engine: Engine, *, org: str, reward_id: str, any_delivery: boo
                 reason = {"REDEEMED": "it has been redeemed", "CANCELED": "it is already canceled"}.get(
                     row.status, "it has expired")
             raise Unprocessable(f"Reward {reward_id} cannot be canceled: {reason}", {"id": [reason]})
-        amount = refund(conn, reward, memo=f"reward {reward_id} canceled")
-        _drop_queued_deliveries(conn, reward_id, "reward canceled")
-        events = [("REWARDS.CANCELED", reward_id)]
-        # refund() updated the order's row, so concurrent cancels of its rewards queue on that
-        # row lock and the last one sees every other reward canceled here.
-        if conn.execute(_CANCEL_ORDER_IF_ALL_CANCELED, {"order_id": reward.order_id}).rowcount:
-            events.append(("ORDERS.CANCELED", reward.order_id))
-        webhooks.emit(conn, org, events)
     return amount
 
 
-PENDING_APPROVAL = "PENDING APPROVAL"
+def cancel_in(conn: Connection, reward, *, at, memo: str, failed_delivery: bool = False,
+              why: str = "reward canceled") -> int | None:
+    """The one cancel rule, in the caller's write transaction: the client's cancel
+    (cancel_reward) and a blocked fraud review (fraud/reviews.block) both go through it.
+
+    Closes the reward ACTIVE -> CANCELED (lifecycle.close: unexpired, and with `failed_delivery`
+    only once its delivery FAILED), credits the refund (`refund`, ledger entry `memo`), drops its
+    queued deliveries (`why`), cancels its order when every reward of the order is now canceled,
+    and emits REWARDS.CANCELED (and ORDERS.CANCELED). Returns the cents refunded, or None when
+    the reward was not closed (redeemed, canceled, expired, its delivery not failed): then
+    nothing changed. `reward` is its row, read anywhere in this transaction (the columns
+    refund reads do not change)."""
+    if not lifecycle.close(conn, reward.id, status="CANCELED", at=at, failed_delivery=failed_delivery):
+        return None
+    amount = refund(conn, reward, memo=memo)
+    _drop_queued_deliveries(conn, reward.id, why)
+    events = [("REWARDS.CANCELED", reward.id)]
+    # refund() updated the order's row, so concurrent cancels of its rewards queue on that
+    # row lock and the last one sees every other reward canceled here.
+    if conn.execute(_CANCEL_ORDER_IF_ALL_CANCELED, {"order_id": reward.order_id}).rowcount:
+        events.append(("ORDERS.CANCELED", reward.order_id))
+    webhooks.emit(conn, reward.organization_id, events)
+    return amount
+
+
 _CANCEL_ORDER_IF_ALL_CANCELED = (
     update(orders)
     .where(orders.c.id == bindparam("order_id"), orders.c.status != "CANCELED",

@@ -19,7 +19,6 @@ from largesse.orders import lifecycle
 from largesse.orders.models import rewards
 from largesse.orders.repository import rewards_to_wire
 from largesse.timeutil import iso, utcnow
-from largesse.webhooks import service as webhooks
 
 _COLUMNS = (fraud_reviews, products.c.category.label("product_category"))
 
@@ -169,17 +168,19 @@ def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key
 
 
 def block(engine: Engine, *, org: str, reward_id: str, key_id: str) -> dict:
-    """Cancel the reward and refund it, once (delivery.service.refund: the one refund rule).
-    Blocking a blocked review again answers it as it is (no second refund or event)."""
+    """Cancel the reward as the client's cancel does, once (delivery.service.cancel_in, the one
+    cancel rule: refund, queued deliveries dropped, its order CANCELED when every reward of it
+    is, REWARDS.CANCELED and ORDERS.CANCELED), whatever its delivery status. Blocking a blocked
+    review again answers it as it is (no second refund or event)."""
     from largesse.delivery import service as delivery
 
     with db.write(engine) as conn:
         _, now = _decide(conn, org, reward_id, BLOCKED, key_id)
-        if now is not None and lifecycle.close(conn, reward_id, status="CANCELED", at=now):
+        if now is not None:
             reward = conn.execute(select(rewards).where(rewards.c.id == reward_id)).first()
-            delivery.refund(conn, reward, memo=f"reward {reward_id} blocked in fraud review")
-            webhooks.emit(conn, org, [("REWARDS.CANCELED", reward_id)])
-        # Otherwise it was blocked already (a repeated request), or the client canceled it, or it
-        # expired: that already refunded it (or the expiry sweep will); the review still records
-        # the decision.
+            delivery.cancel_in(conn, reward, at=now, memo=f"reward {reward_id} blocked in fraud review",
+                               why="reward blocked in fraud review")
+        # When cancel_in closes nothing, it was blocked already (a repeated request), or the client
+        # canceled it, or it expired: that already refunded it (or the expiry sweep will); the
+        # review still records the decision.
         return get_review(conn, org, reward_id)

@@ -13,11 +13,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Row, exists, or_, update
 
-from largesse.orders.models import orders, rewards
+from largesse.orders.models import PENDING_APPROVAL, orders, rewards
 
 # Rewards of an order waiting for approval do not expire: the order's total is refunded as a
 # whole if it is rejected, and their expiry starts over at approval (orders/approvals.py).
-NOT_WAITING_FOR_APPROVAL = ~exists().where(orders.c.id == rewards.c.order_id, orders.c.status == "PENDING APPROVAL")
+NOT_WAITING_FOR_APPROVAL = ~exists().where(orders.c.id == rewards.c.order_id, orders.c.status == PENDING_APPROVAL)
 
 _STAMP = {"REDEEMED": "redeemed_at", "CANCELED": "canceled_at"}
 
@@ -42,8 +42,22 @@ def expire(conn: Connection, reward_id: str, *, at: datetime) -> Row | None:
     ).first()
 
 
-def status(reward, *, at: datetime) -> str:
-    """The reward's status as of `at`: an ACTIVE reward past its expiry counts as EXPIRED."""
-    if reward.status == "ACTIVE" and reward.expires_at is not None and reward.expires_at <= at:
+def status(reward, *, at: datetime, order_status: str | None = None) -> str:
+    """The reward's status as of `at`: an ACTIVE reward past its expiry counts as EXPIRED
+    (unless `order_status`, when the caller has it, says the order waits for approval)."""
+    return effective(reward.status, reward.expires_at, at=at, order_status=order_status)
+
+
+def effective(stored: str, expires_at: datetime | None, *, at: datetime, order_status: str | None = None) -> str:
+    """`status` from the columns it reads, for code that holds them apart from a row (the wire
+    form reads a reward's columns positionally, orders/wire.py): the API's rewards, the reports'
+    reward_status, links, delivery and fraud reviews read a reward's status here.
+
+    Rewards of an order waiting for approval never expire (the sweep skips them,
+    NOT_WAITING_FOR_APPROVAL; their expires_at moves at approval): with `order_status` PENDING
+    APPROVAL the stored status stands. Callers without the order's status (the API's reward wire
+    form, links, which refuse a waiting order's rewards first) read such a reward past its first
+    expires_at as EXPIRED until it is approved."""
+    if stored == "ACTIVE" and expires_at is not None and expires_at <= at and order_status != PENDING_APPROVAL:
         return "EXPIRED"
-    return reward.status
+    return stored

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import operator
+from datetime import datetime
 
 from largesse.money import to_wire
-from largesse.timeutil import iso, iso_date, spec_timestamp
+from largesse.orders import lifecycle
+from largesse.timeutil import iso, iso_date, spec_timestamp, utcnow
 
 # The reward columns the wire form reads, in the order reward_wire takes them: list queries
 # select exactly these (repository.REWARD_WIRE), so a row unpacks positionally, no lookups by name.
@@ -18,19 +20,25 @@ wire_values = operator.attrgetter(*REWARD_WIRE_COLUMNS)  # row -> its values in 
 
 
 def reward_to_wire(row, field_values: list[dict], *, created_format: str = "iso8601",
-                   link: str | None = None, redeemed_product_id: str | None = None) -> dict:
+                   link: str | None = None, redeemed_product_id: str | None = None,
+                   now: datetime | None = None) -> dict:
     """A reward from a row (any query's, with the columns of REWARD_WIRE_COLUMNS) or a dict of its columns."""
     values = tuple(map(row.get, REWARD_WIRE_COLUMNS)) if isinstance(row, dict) else wire_values(row)
-    return reward_wire(values, field_values, created_format == "spec", link, redeemed_product_id)
+    return reward_wire(values, field_values, created_format == "spec", link, redeemed_product_id, now=now)
 
 
 def reward_wire(values, field_values: list[dict], spec_created: bool, link: str | None,
-                redeemed_product_id: str | None) -> dict:
+                redeemed_product_id: str | None, *, now: datetime | None = None) -> dict:
     """The one implementation of a reward's wire form, from its REWARD_WIRE_COLUMNS values in order.
 
     A list page calls it per reward (100 by default), so it reads the values positionally and
     builds the dict in one expression: it was most of the page's CPU when it looked each column
     up by name (docs/benchmarks.md, "GET /rewards search").
+
+    `redemption.status` is the reward's status as lifecycle.status reads it: an ACTIVE reward
+    past its expires_at shows EXPIRED (without a time: the sweep records none either) before
+    the expiry sweep has stored it. `now`: the time to read it at (a page may pass one for all
+    its rewards); None reads the clock, only for such rewards (ACTIVE, with an expiry).
     """
     (reward_id, order_id, created, cents, currency, name, email, phone, method, delivery_status, products,
      campaign_id, expires_at, deliver_at, status, redeemed_at, canceled_at) = values
@@ -57,6 +65,9 @@ def reward_wire(values, field_values: list[dict], spec_created: bool, link: str 
     }
     if deliver_at:
         reward["deliver_at"] = iso_date(deliver_at)
+    if status == "ACTIVE" and expires_at is not None:
+        # lifecycle's rule: past its expiry it is EXPIRED before the sweep has run, as its link says (410).
+        status = lifecycle.effective(status, expires_at, at=now or utcnow())
     if status and status != "ACTIVE":
         # Extra keys are ignored by the official client; this tells integrators what happened.
         reward["redemption"] = redemption = {"status": status, "redeemed_at": iso(redeemed_at),

@@ -33,6 +33,7 @@ from largesse.delivery.models import jobs
 from largesse.fields import service as fields_service
 from largesse.fraud.models import fraud_reviews
 from largesse.money import format_amount
+from largesse.orders import lifecycle
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.redemption.models import payouts
 from largesse.reports import service
@@ -66,6 +67,14 @@ def _day(text: str) -> datetime:
 
 
 def conditions(org: str, filters: dict) -> list:
+    """The WHERE of a report's filters (API.md §5 "Report filters").
+
+    Decision: the `status` filter reads the stored columns, and that already agrees with the
+    reward_status column (lifecycle.status, _line): none of its values (`delivered`, `canceled`,
+    `delivery_failed`, `pending_review`) is a reward status that the expiry rule changes (it only
+    turns ACTIVE into EXPIRED, and there is no `active` or `expired` filter), so nothing here
+    changes. Were one added, it would read `status = 'EXPIRED' OR (status = 'ACTIVE' AND
+    expires_at <= now)`, and `active` the converse (lifecycle.effective's rule in SQL)."""
     r, o, fr = rewards, orders, fraud_reviews
     where = [r.c.organization_id == org]
     if "amount_gte_cents" in filters:
@@ -115,11 +124,15 @@ def _page_query(org: str, filters: dict, after: tuple | None):
     return query
 
 
-def _line(row, labels: list[str], values: dict[str, str]) -> list[str]:
+def _line(row, labels: list[str], values: dict[str, str], *, now: datetime) -> list[str]:
+    """One CSV row. reward_status is lifecycle.status as of `now` (the page's read): an ACTIVE
+    reward past its expires_at is EXPIRED before the sweep has stored it, as in the API (unless
+    its order waits for approval: those never expire)."""
     return [row.id, row.order_id, _text(row.external_id), row.order_status, row.campaign_id or "",
             iso(row.created_at), _text(row.recipient_name), _text(row.recipient_email), _text(row.recipient_phone),
             format_amount(row.denomination_cents), format_amount(row.fee_cents), row.currency_code,
-            row.delivery_method, row.delivery_status, iso(row.delivered_at) or "", row.status,
+            row.delivery_method, row.delivery_status, iso(row.delivered_at) or "",
+            lifecycle.status(row, at=now, order_status=row.order_status),
             iso(row.redeemed_at) or "", iso(row.canceled_at) or "", iso(row.expires_at) or "",
             row.product_id or "", _text(row.product_name), row.review_status or "",
             *(_text(values.get(label)) for label in labels)]
@@ -156,6 +169,7 @@ def next_chunk(engine, org: str, filters: dict, state: dict) -> tuple[str, dict,
     rows, finished = state["rows"], False
     while True:
         with db.read(engine) as conn:
+            now = utcnow()
             page = conn.execute(_page_query(org, filters, after)).all()
             values: dict[str, dict[str, str]] = {}
             if page and labels:
@@ -164,7 +178,7 @@ def next_chunk(engine, org: str, filters: dict, state: dict) -> tuple[str, dict,
                                       .where(reward_field_values.c.reward_id.in_([p.id for p in page]))):
                     values.setdefault(v.reward_id, {})[v.label] = v.value
         for row in page:
-            writer.writerow(_line(row, labels, values.get(row.id, {})))
+            writer.writerow(_line(row, labels, values.get(row.id, {}), now=now))
         rows += len(page)
         if page:
             after = (page[-1].created_at, page[-1].id)
