@@ -28,6 +28,7 @@ from largesse import db, paging
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.wire import REWARD_WIRE_COLUMNS, field_value_wire, order_to_wire, reward_to_wire, reward_wire
 from largesse.redemption.models import payouts
+from largesse.timeutil import utcnow
 
 # Built once (SQLAlchemy memoizes a statement's cache key on the object): a page sends these
 # with its reward IDs, one statement for the page's field values and one for its payouts.
@@ -75,8 +76,9 @@ def rewards_to_wire(conn: Connection, rows, *, created_format: str = "iso8601") 
         return []
     values = field_values_for(conn, [r.id for r in rows])
     chosen = redeemed_products_for(conn, rows)
+    now = utcnow()  # one clock reading for the page (wire: an expired reward reads EXPIRED)
     return [reward_to_wire(r, values.get(r.id, []), created_format=created_format,
-                           redeemed_product_id=chosen.get(r.id)) for r in rows]
+                           redeemed_product_id=chosen.get(r.id), now=now) for r in rows]
 
 
 def orders_to_wire(conn: Connection, order_rows) -> list[dict]:
@@ -200,10 +202,11 @@ _CREATED = REWARD_WIRE_COLUMNS.index("created_at")
 def _page_to_wire(rows, spec: bool) -> list[dict]:
     out: list[dict] = []
     last = fields = None
+    now = utcnow()  # one clock reading for the page (wire: an expired reward reads EXPIRED)
     for row in rows:
         if row[0] != last:
             last, fields = row[0], []
-            out.append(reward_wire(row[:_N], fields, spec, None, row[_N + 3]))
+            out.append(reward_wire(row[:_N], fields, spec, None, row[_N + 3], now=now))
         if row[_N] is not None:
             fields.append(field_value_wire(row[_N], row[_N + 2], row[_N + 1]))
     return out
