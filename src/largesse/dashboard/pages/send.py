@@ -10,8 +10,10 @@ problem on its row.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 from fastapi import APIRouter
+from sqlalchemy import delete
 
 from largesse import db
 from largesse.campaigns import service as campaigns_service
@@ -224,12 +226,17 @@ def bulk_upload(ctx):
         return ctx.render("bulk.html", 400, title="Send rewards from a CSV file", methods=METHODS,
                           errors=[problem], **choices)
     upload_id = new_id()
+    now = utcnow()
     with db.write(ctx.engine) as conn:
+        # A file holds recipients' names and addresses: the organization's files older than
+        # UPLOAD_DAYS go as a new one comes (an order placed from one keeps its own copy).
+        conn.execute(delete(uploads).where(uploads.c.organization_id == ctx.viewer.organization_id,
+                                           uploads.c.created_at < now - timedelta(days=UPLOAD_DAYS)))
         conn.execute(uploads.insert().values(
             id=upload_id, organization_id=ctx.viewer.organization_id, member_id=ctx.viewer.member_id,
             filename=(filename or "upload.csv")[:200], sha256=bulk.digest(content),
             content=content.decode("utf-8-sig"), rows=content.count(b"\n"), options=options,
-            created_at=utcnow()))
+            created_at=now))
     return ctx.redirect(f"/dashboard/send/bulk/{upload_id}")
 
 
@@ -250,6 +257,8 @@ def _file_problem(content: bytes) -> str | None:
 # own by the API's model (bulk.build_rewards) and by the order's plan (orders.service). 4,000
 # rows x 100 custom fields took 4.5 s for each view of the preview, so a file holds at most
 # MAX_FIELD_VALUES of them (5,000 rows with 5 custom fields: about 0.6 s).
+# Days an uploaded CSV file is kept (its preview page answers 404 after).
+UPLOAD_DAYS = 7
 MAX_FIELD_VALUES = 25_000
 
 
