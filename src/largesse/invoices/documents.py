@@ -6,6 +6,7 @@ import csv
 import io
 
 from largesse.money import amount_in
+from largesse.spreadsheet import safe_cell
 from largesse.timeutil import iso
 
 CSV_COLUMNS = ["invoice_id", "organization", "organization_id", "po_number", "memo", "amount", "currency_code",
@@ -17,17 +18,11 @@ def _amount(row, *, grouped: bool = False) -> str:
     return amount_in(row.amount_cents, row.currency_code, grouped=grouped)
 
 
-def safe_cell(value: str) -> str:
-    """The cell as text a spreadsheet will not run: one starting with = + - @ (or a tab or CR) is
-    a formula to it, so it gets a leading quote (CSV injection). Also used by the dashboard's CSVs."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
-
-
 def to_csv(row) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
-    writer.writerow([safe_cell(str(v)) for v in (
+    writer.writerow([safe_cell(v) for v in (
         row.id, row.organization_name, row.organization_id, row.po_number or "", row.memo or "", _amount(row),
         row.currency_code, row.status, iso(row.created_at), iso(row.paid_at) or "")])
     return out.getvalue()

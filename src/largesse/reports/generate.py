@@ -38,6 +38,7 @@ from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.redemption.models import payouts
 from largesse.reports import service
 from largesse.reports.models import report_chunks, reports
+from largesse.spreadsheet import safe_cell
 from largesse.timeutil import iso, utcnow
 from largesse.webhooks import service as webhooks
 
@@ -50,18 +51,6 @@ COLUMNS = ("reward_id", "order_id", "order_external_id", "order_status", "campai
            "recipient_name", "recipient_email", "recipient_phone", "amount", "fee", "currency_code",
            "delivery_method", "delivery_status", "delivered_at", "reward_status", "redeemed_at", "canceled_at",
            "expires_at", "redeemed_product_id", "redeemed_product_name", "fraud_review_status")
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _text(value) -> str:
-    """Free text a recipient or client wrote, made inert for spreadsheets (a leading
-    =, +, -, @ would be read as a formula): prefixed with an apostrophe."""
-    if value is None:
-        return ""
-    value = str(value)
-    return "'" + value if value.startswith(FORMULA_START) else value
-
-
 def _day(text: str) -> datetime:
     return datetime.combine(date.fromisoformat(text), datetime.min.time())
 
@@ -128,14 +117,15 @@ def _line(row, labels: list[str], values: dict[str, str], *, now: datetime) -> l
     """One CSV row. reward_status is lifecycle.status as of `now` (the page's read): an ACTIVE
     reward past its expires_at is EXPIRED before the sweep has stored it, as in the API (unless
     its order waits for approval: those never expire)."""
-    return [row.id, row.order_id, _text(row.external_id), row.order_status, row.campaign_id or "",
-            iso(row.created_at), _text(row.recipient_name), _text(row.recipient_email), _text(row.recipient_phone),
+    return [row.id, row.order_id, safe_cell(row.external_id), row.order_status, row.campaign_id or "",
+            iso(row.created_at), safe_cell(row.recipient_name), safe_cell(row.recipient_email),
+            safe_cell(row.recipient_phone),
             format_amount(row.denomination_cents), format_amount(row.fee_cents), row.currency_code,
             row.delivery_method, row.delivery_status, iso(row.delivered_at) or "",
             lifecycle.status(row, at=now, order_status=row.order_status),
             iso(row.redeemed_at) or "", iso(row.canceled_at) or "", iso(row.expires_at) or "",
-            row.product_id or "", _text(row.product_name), row.review_status or "",
-            *(_text(values.get(label)) for label in labels)]
+            row.product_id or "", safe_cell(row.product_name), row.review_status or "",
+            *(safe_cell(values.get(label)) for label in labels)]
 
 
 _BUILT_IN = {c.lower() for c in COLUMNS}
@@ -145,7 +135,7 @@ def _header(labels: list[str]) -> list[str]:
     """A custom field whose label is a built-in column's name ("amount") is headed
     "custom_field:amount": a reader that loads rows by column name keeps both (a label holds
     no colon)."""
-    return [*COLUMNS, *(_text(f"custom_field:{label}" if label.lower() in _BUILT_IN else label)
+    return [*COLUMNS, *(safe_cell(f"custom_field:{label}" if label.lower() in _BUILT_IN else label)
                         for label in labels)]
 
 

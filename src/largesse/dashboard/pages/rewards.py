@@ -24,11 +24,11 @@ from largesse.delivery import service as delivery
 from largesse.errors import ApiError
 from largesse.fields import service as fields_service
 from largesse.fraud import service as fraud
-from largesse.invoices import documents
 from largesse.money import amount_in
 from largesse.orders import browse
 from largesse.orders.models import orders, rewards
 from largesse.redemption import service as redemption
+from largesse.spreadsheet import safe_cell
 from largesse.timeutil import utcnow
 
 router = APIRouter()
@@ -110,7 +110,7 @@ def links_csv(issued: list[tuple]) -> str:
     writer.writerow(LINKS_CSV_COLUMNS)
     for reward, link in issued:
         amount = amount_in(reward.denomination_cents, reward.currency_code)
-        writer.writerow([documents.safe_cell(str(v)) for v in (
+        writer.writerow([safe_cell(v) for v in (
             reward.id, reward.recipient_name or "", reward.recipient_email or "", amount, reward.currency_code,
             link)])
     return out.getvalue()
