@@ -70,9 +70,9 @@ def serve(
         # delivery children inherit it); behind a proxy or on another name, set it.
         os.environ["LARGESSE_PUBLIC_URL"] = default_public_url(host, port)
     settings = load_settings()
+    _refuse_a_busy_address(host, port)
     if settings.run_worker:
         check_mail_transport(settings)
-    _refuse_a_busy_address(host, port)
     open_engine(settings, create=True).dispose()
     # Several processes (API workers, delivery children): metrics go through files in
     # PROMETHEUS_MULTIPROC_DIR (docs/operations.md), set before prometheus_client is imported.
