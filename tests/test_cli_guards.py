@@ -285,6 +285,11 @@ def test_on_off_settings_take_any_capitals():
     # 0 turns the API rate limits off; the redemption pages' limits come from the settings too.
     settings = Settings.from_env({"LARGESSE_API_RATE_LIMIT_PER_KEY": "0", "LARGESSE_REDEEM_LIMIT_PER_IP": "7"})
     assert settings.api_rate_limit_per_key == 0 and settings.redeem_limit_per_ip == 7
+    # 0 keeps its documented meaning where it has one: no cap, never.
+    settings = Settings.from_env({"LARGESSE_DB_TIMEOUT_SECONDS": "0", "LARGESSE_DB_STATEMENT_TIMEOUT_SECONDS": "0",
+                                  "LARGESSE_REWARD_EXPIRY_DAYS": "0", "LARGESSE_API_RATE_LIMIT_SYNC_SECONDS": "0"})
+    assert (settings.db_timeout_seconds, settings.db_statement_timeout_seconds) == (0, 0)
+    assert settings.reward_expiry_days is None and settings.api_rate_limit_sync_seconds == 0
     assert Settings.from_env(settings.to_env()) == settings
 
 

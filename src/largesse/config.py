@@ -172,7 +172,7 @@ class Settings:
             job_retention_days=_days(get("JOB_RETENTION_DAYS", "30"), "JOB_RETENTION_DAYS"),
             smtp_timeout_seconds=seconds("SMTP_TIMEOUT_SECONDS", "30"),
             smtp_ca_file=get("SMTP_CA_FILE"),
-            reward_expiry_days=_expiry_days(expiry) if expiry else None,
+            reward_expiry_days=_expiry_days(expiry) or None if expiry else None,
             secret_key=get("SECRET_KEY"),
             webhook_timeout_seconds=seconds("WEBHOOK_TIMEOUT_SECONDS", "10"),
             webhook_allow_private=_flag(get("WEBHOOK_ALLOW_PRIVATE", "0"), "WEBHOOK_ALLOW_PRIVATE"),
@@ -182,11 +182,11 @@ class Settings:
             redeem_limit_per_token=count("REDEEM_LIMIT_PER_TOKEN", "30", 1),
             redeem_posts_per_token=count("REDEEM_POSTS_PER_TOKEN", "10", 1),
             redeem_window_seconds=count("REDEEM_WINDOW_SECONDS", "60", 1),
-            api_rate_limit_sync_seconds=seconds("API_RATE_LIMIT_SYNC_SECONDS", "1"),
+            api_rate_limit_sync_seconds=seconds("API_RATE_LIMIT_SYNC_SECONDS", "1", zero=True),
             log_format=_choice(get("LOG_FORMAT", "text").lower(), "LOG_FORMAT", ("text", "json")),
             log_level=_choice(get("LOG_LEVEL", "INFO").upper(), "LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR")),
-            db_timeout_seconds=seconds("DB_TIMEOUT_SECONDS", "1.5"),
-            db_statement_timeout_seconds=seconds("DB_STATEMENT_TIMEOUT_SECONDS", "10"),
+            db_timeout_seconds=seconds("DB_TIMEOUT_SECONDS", "1.5", zero=True),
+            db_statement_timeout_seconds=seconds("DB_STATEMENT_TIMEOUT_SECONDS", "10", zero=True),
             opentelemetry=_flag(get("OPENTELEMETRY", "0"), "OPENTELEMETRY"),
             db_concurrency=_positive(get("DB_CONCURRENCY", str(_default_db_concurrency())), "DB_CONCURRENCY"),
             api_processes=_positive(get("API_PROCESSES", "1"), "API_PROCESSES"),
@@ -252,9 +252,10 @@ MAX_EXPIRY_DAYS = 3650
 
 
 def _expiry_days(raw: str) -> int:
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_EXPIRY_DAYS:
+    """Days from 1 to MAX_EXPIRY_DAYS, or 0: never (as unset)."""
+    if not raw.isdigit() or not 0 <= int(raw) <= MAX_EXPIRY_DAYS:
         raise ValueError(f"LARGESSE_REWARD_EXPIRY_DAYS must be a number of days from 1 to {MAX_EXPIRY_DAYS} "
-                         f"(unset: rewards never expire), not {raw!r}")
+                         f"(unset or 0: rewards never expire), not {raw!r}")
     return int(raw)
 
 

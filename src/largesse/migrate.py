@@ -3,7 +3,7 @@
 `largesse serve` and `largesse db upgrade` call upgrade(); a brand-new empty database
 gets the whole schema. Concurrent upgrades (several processes starting at once) wait for each
 other instead of racing: on PostgreSQL through an advisory lock, on SQLite through an flock of
-the database's folder (_sqlite_folder_lock).
+a lock file beside the database (_sqlite_migration_lock).
 """
 
 from __future__ import annotations
@@ -76,36 +76,44 @@ def alembic_config(url: str | None = None):
 
 
 @contextlib.contextmanager
-def _sqlite_folder_lock(engine: Engine, timeout: float = 120.0) -> Iterator[None]:
-    """Hold an exclusive flock of the SQLite database's folder while migrating. Not the file's:
-    closing another descriptor of the database file would drop the POSIX locks SQLite holds
-    in this process. Without it, `serve`, `worker` and `org create` started together on a new
-    database raced: one migrated, the others met "database is locked" or tables that already
-    existed. flock and SQLite's fcntl locks do not interact on Linux."""
+def _sqlite_migration_lock(engine: Engine, timeout: float = 120.0) -> Iterator[None]:
+    """Hold an exclusive flock of `<database>-migrate.lock` (beside the database, as its -wal
+    and -shm files are) while migrating. Without it, `serve`, `worker` and `org create` started
+    together on a new database raced: one migrated, the others met "database is locked" or
+    tables that already existed. Not a lock on the database file itself: closing another
+    descriptor of it would drop the POSIX locks SQLite holds in this process (flock and those
+    do not interact on Linux). A folder where the lock file cannot be made or locked (read-only,
+    a filesystem without flock) migrates without it, as before."""
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
         yield
         return
-    folder = os.open(Path(database).resolve().parent, os.O_RDONLY)
+    try:
+        lock = os.open(f"{Path(database).resolve()}-migrate.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield
+        return
     try:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"another process has been migrating {database} for {timeout:.0f} s") from None
                 time.sleep(0.05)
+            except OSError:  # ENOLCK, EOPNOTSUPP: no flock on this filesystem
+                break
         yield
     finally:
-        os.close(folder)  # releases the flock
+        os.close(lock)  # releases the flock
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     if revision == "head" and is_at_head(engine):
         return
-    with _sqlite_folder_lock(engine):
+    with _sqlite_migration_lock(engine):
         if revision == "head" and is_at_head(engine):  # another process migrated while we waited
             return
         _upgrade(engine, revision)
