@@ -26,8 +26,9 @@ def reference(mail: compose.RewardMail, *, link: str, mail_from: str, mail_from_
     copy = compose.render(mail, link=link, mail_from_name=mail_from_name)
     msg = EmailMessage()
     msg["Subject"] = copy.subject
-    msg["From"] = Address(display_name=compose.display_name(copy.sender_name), addr_spec=mail_from)
-    msg["To"] = Address(display_name=compose.display_name(mail.recipient_name), addr_spec=mail.recipient_email)
+    msg["From"] = Address(display_name=compose.display_name(copy.sender_name, mail_from), addr_spec=mail_from)
+    msg["To"] = Address(display_name=compose.display_name(mail.recipient_name, mail.recipient_email, "To"),
+                        addr_spec=mail.recipient_email)
     msg["Date"] = format_datetime(NOW.replace(tzinfo=UTC))
     msg["Message-ID"] = MSGID
     msg["X-Largesse-Reward-Id"] = mail.reward_id
@@ -105,6 +106,15 @@ def test_a_name_never_adds_an_address(forged):
     assert [a.addr_spec for a in message["From"].addresses] == ["rewards@example.com"]
     assert [a.addr_spec for a in message["To"].addresses] == ["alex@example.com"]
     assert message["Bcc"] is None and built.recipients == ("alex@example.com",)
+
+
+def test_an_ordinary_name_keeps_its_punctuation():
+    built = compose.build(_mail(recipient_name="Smith, John (Ops)", delivery_meta={"sender_name": "Acme, Inc."}),
+                          now=NOW, link="https://x.example/redeem/a", mail_from="rewards@example.com",
+                          mail_from_name="L")
+    message = email.message_from_bytes(built.data, policy=email.policy.default)
+    assert message["From"].addresses[0].display_name == "Acme, Inc."
+    assert message["To"].addresses[0].display_name == "Smith, John (Ops)"
 
 
 def test_boundary_never_in_a_part(monkeypatch):

@@ -170,8 +170,9 @@ def _message(member, subject: str, kind: str, settings: Settings) -> EmailMessag
     # One line and no address syntax, as in reward emails: a CR in a member's or organization's
     # name made every sign-in email of that member fail to build, for good.
     msg["Subject"] = one_line(subject)
-    msg["From"] = Address(display_name=display_name(settings.mail_from_name), addr_spec=settings.mail_from)
-    msg["To"] = Address(display_name=display_name(member.name), addr_spec=member.email)
+    msg["From"] = Address(display_name=display_name(settings.mail_from_name, settings.mail_from),
+                          addr_spec=settings.mail_from)
+    msg["To"] = Address(display_name=display_name(member.name, member.email, "To"), addr_spec=member.email)
     msg["Date"] = format_datetime(utcnow().replace(tzinfo=UTC))
     msg["Message-ID"] = make_msgid(domain=settings.mail_from.rpartition("@")[2] or None)
     msg["X-Largesse-Kind"] = kind

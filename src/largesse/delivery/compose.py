@@ -103,15 +103,22 @@ def one_line(text: str) -> str:
 
 
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-# Address syntax: a display name keeps none of it. Quoting would do on its own, but the email
-# package drops a display name's quotes when it folds a long From/To line, and a name such as
+# Address syntax in a display name: quoted, it is harmless ("Smith, John" <...>), but the email
+# package drops the quotes when it folds a long From/To line (Python 3.11), and a name such as
 # `x <ceo@bank.example>, y` then read as an address of its own (a forged sender).
 _ADDRESS_SYNTAX = re.compile(r'[<>@,;:"\\()\[\]]')
 
 
-def display_name(text: str | None) -> str:
-    """A name for a From or To header, on one line and without address syntax."""
-    return one_line(_ADDRESS_SYNTAX.sub(" ", text or ""))
+def display_name(text: str | None, addr_spec: str, header: str = "From") -> str:
+    """A name for a From or To header, on one line. It keeps its address syntax only where the
+    package writes it quoted on that one line (an ASCII name whose header is not folded); a
+    longer or non-ASCII one loses it ("Smith, John" stays; a 70-character name with a comma
+    reads "Smith John")."""
+    name = one_line(text or "")
+    if _ADDRESS_SYNTAX.search(name) and not (
+            name.isascii() and len(header) + 2 + len(str(Address(display_name=name, addr_spec=addr_spec))) <= 76):
+        name = one_line(_ADDRESS_SYNTAX.sub(" ", name))
+    return name
 
 
 def _color(value, default: str) -> str:
@@ -222,11 +229,13 @@ def build(mail: RewardMail, *, link: str, mail_from: str, mail_from_name: str, n
     copy = render(mail, link=link, mail_from_name=mail_from_name)
     sender_name, subject = copy.sender_name, copy.subject
 
-    recipient = Address(display_name=display_name(mail.recipient_name), addr_spec=mail.recipient_email)
+    recipient = Address(display_name=display_name(mail.recipient_name, mail.recipient_email, "To"),
+                        addr_spec=mail.recipient_email)
     utf8 = not (mail_from + mail.recipient_email).isascii()
     headers = (
         ("Subject", subject),
-        ("From", _sender(display_name(sender_name), mail_from)),  # an invalid address raises ValueError, as before
+        # an invalid address raises ValueError, as before
+        ("From", _sender(display_name(sender_name, mail_from), mail_from)),
         ("To", str(recipient)),
         ("Date", format_datetime(now.replace(tzinfo=UTC))),
         ("Message-ID", make_msgid(domain=mail_from.rpartition("@")[2] or None)),
