@@ -277,6 +277,27 @@ def test_csv_file_problems(admin):
     assert "must name the columns name, email, amount; missing: name, email" in text
 
 
+def test_a_reward_past_its_expiry_reads_expired_on_its_page(admin, http, org, engine, server):
+    """As the API and its link do, before the sweep stores it: no Cancel then (it would be 422)."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from largesse.orders.models import rewards
+    from largesse.timeutil import utcnow
+
+    local, domain = org.member_email.split("@")
+    reward = place(http, f"{local}+fail@{domain}")["rewards"][0]
+    deliver_mail(engine, server.settings)
+    path = f"/dashboard/rewards/{reward['id']}"
+    assert "Cancel reward" in admin.get(path).text  # its delivery failed
+    with db.write(engine) as conn:
+        conn.execute(update(rewards).where(rewards.c.id == reward["id"])
+                     .values(expires_at=utcnow() - timedelta(seconds=1)))
+    page = admin.get(path).text
+    assert "Cancel reward" not in page and "Status Expired" in text_of(page), text_of(page)
+
+
 def test_cancel_resend_and_generate_link(admin, http, org, engine, server):
     pending = place(http, org.member_email)["rewards"][0]
     path = f"/dashboard/rewards/{pending['id']}"

@@ -106,3 +106,10 @@ def test_a_report_shows_a_reward_past_its_expiry_as_expired_before_the_sweep(org
     # A waiting order's rewards never expire (docs/approvals.md): their expiry starts at approval.
     assert status == {expired: "EXPIRED", live: "ACTIVE", waiting["rewards"][0]["id"]: "ACTIVE"}
     assert stored_status(engine, expired) == "ACTIVE"  # no sweep ran
+    # The API says the same of the waiting order's reward (it read EXPIRED, then ACTIVE again
+    # once the order was approved and its expiry moved).
+    waiting_reward = waiting["rewards"][0]["id"]
+    assert "redemption" not in ok(http.get(f"/rewards/{waiting_reward}"))["reward"]
+    assert "redemption" not in ok(http.get(f"/orders/{waiting['id']}"))["order"]["rewards"][0]
+    listed = {r["id"]: r for r in ok(http.get("/rewards"))["rewards"]}
+    assert "redemption" not in listed[waiting_reward] and listed[expired]["redemption"]["status"] == "EXPIRED"

@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import aliased
 
 from largesse import db, paging
-from largesse.orders.models import orders, reward_field_values, rewards
+from largesse.orders.models import PENDING_APPROVAL, orders, reward_field_values, rewards
 from largesse.orders.wire import REWARD_WIRE_COLUMNS, field_value_wire, order_to_wire, reward_to_wire, reward_wire
 from largesse.redemption.models import payouts
 from largesse.timeutil import utcnow
@@ -77,8 +77,25 @@ def rewards_to_wire(conn: Connection, rows, *, created_format: str = "iso8601") 
     values = field_values_for(conn, [r.id for r in rows])
     chosen = redeemed_products_for(conn, rows)
     now = utcnow()  # one clock reading for the page (wire: an expired reward reads EXPIRED)
-    return [reward_to_wire(r, values.get(r.id, []), created_format=created_format,
-                           redeemed_product_id=chosen.get(r.id), now=now) for r in rows]
+    return _not_expired_while_waiting(conn, [
+        reward_to_wire(r, values.get(r.id, []), created_format=created_format, redeemed_product_id=chosen.get(r.id),
+                       now=now) for r in rows])
+
+
+def _not_expired_while_waiting(conn: Connection, wire: list[dict]) -> list[dict]:
+    """The wire form reads a reward past its expires_at as EXPIRED (lifecycle.status), but the
+    rewards of an order waiting for approval do not expire: their expiry starts over at
+    approval, and the sweep skips them. The wire form does not know the order's status, so the
+    page asks for it here: one query, and only when the page shows an EXPIRED reward (the sweep
+    never stores EXPIRED on a waiting order's reward, so each such one is the time rule's)."""
+    expired = [w for w in wire if "redemption" in w and w["redemption"]["status"] == "EXPIRED"]
+    if expired:
+        waiting = set(conn.execute(select(orders.c.id).where(
+            orders.c.id.in_({w["order_id"] for w in expired}), orders.c.status == PENDING_APPROVAL)).scalars())
+        for reward in expired:
+            if reward["order_id"] in waiting:
+                del reward["redemption"]
+    return wire
 
 
 def orders_to_wire(conn: Connection, order_rows) -> list[dict]:
@@ -153,7 +170,7 @@ def search_rewards(conn: Connection, org: str, *, filters: list[tuple[str, str]]
     for i, (label, value) in enumerate(filters):
         params[f"label{i}"], params[f"value{i}"] = label, value
     rows = conn.execute(search.page, params).all()
-    wire = _page_to_wire(rows, created_format == "spec")
+    wire = _not_expired_while_waiting(conn, _page_to_wire(rows, created_format == "spec"))
     if search.ahead is None:
         total = paging.bounded_count(conn, search.counts, offset, params, seen=rows[0][-1] if rows else 0)
     elif len(wire) < limit:

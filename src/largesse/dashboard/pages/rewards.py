@@ -25,7 +25,7 @@ from largesse.errors import ApiError
 from largesse.fields import service as fields_service
 from largesse.fraud import service as fraud
 from largesse.money import amount_in
-from largesse.orders import browse
+from largesse.orders import browse, lifecycle
 from largesse.orders.models import orders, rewards
 from largesse.redemption import service as redemption
 from largesse.spreadsheet import safe_cell
@@ -173,11 +173,17 @@ def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = 
         history = browse.history(conn, reward.id)
         values = browse_values(conn, reward.id)
         review = reviews_page.review_of(conn, reward.organization_id, reward.id)  # held by a fraud rule?
-        link_state = LINK_STATES[redemption.reward_link_answer(conn, reward, at=utcnow())]
+        now = utcnow()
+        link_state = LINK_STATES[redemption.reward_link_answer(conn, reward, at=now)]
+        # As the API shows it: past its expiry it reads Expired before the sweep has stored it
+        # (unless its order waits for approval: those do not expire).
+        status_now = lifecycle.status(reward, at=now, order_status=conn.execute(
+            select(orders.c.status).where(orders.c.id == reward.order_id)).scalar())
         product = (catalog.get_many_cached(conn, [history.payout.product_id]).get(history.payout.product_id)
                    if history.payout else None)
     cancelable = delivery.cancelable(reward, any_delivery=ctx.settings.cancel_any_unredeemed)
-    return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, history=history,
+    return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, status_now=status_now,
+                      history=history,
                       values=values, error=error, notice=notice, link=link, cancelable=cancelable,
                       resendable=delivery.resendable(reward), resend_email=resend_email, review=review,
                       link_state=link_state, payout_product=product.name if product else None)
