@@ -241,23 +241,33 @@ def test_csv_with_a_bad_row_then_fixed_places_one_order_once(admin, http, org):
     assert ok(http.get("/orders"))["total_count"] == 1
 
 
-def test_uploaded_files_are_kept_a_week(admin, org, engine):
-    """A file holds recipients' names and addresses: the organization's files older than
-    UPLOAD_DAYS are deleted as a new one is uploaded (they were kept for ever)."""
+def test_uploaded_files_are_kept_a_week(admin, org, engine, server):
+    """A file holds recipients' names and addresses: past UPLOAD_DAYS its preview answers 404,
+    and the worker's periodic sweep deletes it (they were kept for ever)."""
     from datetime import timedelta
 
-    from sqlalchemy import update
+    from sqlalchemy import func, select, update
 
     from largesse.dashboard.models import uploads
+    from largesse.delivery.models import jobs
     from largesse.timeutil import utcnow
 
     old = upload(admin, f"name,email,amount\nAda,{org.member_email},5\n").headers["location"]
+    recent = upload(admin, f"name,email,amount\nBo,{org.member_email},6\n").headers["location"]
     with db.write(engine) as conn:
         conn.execute(update(uploads).where(uploads.c.id == old.rsplit("/", 1)[1])
                      .values(created_at=utcnow() - timedelta(days=8)))
-    assert admin.get(old).status_code == 200  # until the next upload
-    recent = upload(admin, f"name,email,amount\nBo,{org.member_email},6\n").headers["location"]
     assert admin.get(old).status_code == 404 and admin.get(recent).status_code == 200
+    with db.write(engine) as conn:  # the periodic sweep due now, then a worker's pass runs it
+        conn.execute(update(jobs).where(jobs.c.kind == "expire_rewards").values(run_after=utcnow()))
+    deliver_mail(engine, server.settings)
+
+    def count(upload_id: str) -> int:
+        with db.read(engine) as conn:
+            return conn.execute(select(func.count()).select_from(uploads)
+                                .where(uploads.c.id == upload_id)).scalar_one()
+
+    assert count(old.rsplit("/", 1)[1]) == 0 and count(recent.rsplit("/", 1)[1]) == 1
 
 
 def test_csv_of_5000_rows_is_one_order(admin, http, org, backend):

@@ -15,10 +15,13 @@ import csv
 import hashlib
 import io
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from pydantic import ValidationError
+from sqlalchemy import Connection, delete
 
 from largesse.dashboard import forms
+from largesse.dashboard.models import uploads
 from largesse.orders.schemas import CreateOrderIn, PaymentIn, RewardIn
 
 MAX_ROWS = 5000  # a dashboard upload is one order; the API caps a request body at 500 rewards
@@ -244,3 +247,21 @@ def build_rewards(sheet: Sheet, fields: list, *, products: list[str], campaign_i
                                              products=products, campaign_id=campaign_id, message=message,
                                              method=method, custom_fields=custom, currency=currency,
                                              field_labels=list(row.values))
+
+
+# Days an uploaded file is kept: it holds recipients' names and addresses. Its preview answers
+# 404 after; the worker's periodic sweep deletes it (delivery/tasks.expire_rewards), and an
+# organization's new upload deletes its own older ones at once.
+UPLOAD_DAYS = 7
+
+
+def upload_cutoff(now: datetime) -> datetime:
+    return now - timedelta(days=UPLOAD_DAYS)
+
+
+def prune_uploads(conn: Connection, *, now: datetime, organization_id: str | None = None) -> int:
+    """Delete the uploads older than UPLOAD_DAYS (of one organization, or of all)."""
+    condition = uploads.c.created_at < upload_cutoff(now)
+    if organization_id is not None:
+        condition &= uploads.c.organization_id == organization_id
+    return conn.execute(delete(uploads).where(condition)).rowcount

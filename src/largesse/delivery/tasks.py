@@ -30,6 +30,7 @@ from sqlalchemy import select, update
 from largesse import db
 from largesse.campaigns import service as campaigns_service
 from largesse.config import Settings
+from largesse.dashboard import bulk as dashboard_bulk
 from largesse.dashboard import signin as dashboard_signin
 from largesse.delivery import compose, service
 from largesse.delivery import jobs as job_queue
@@ -268,7 +269,7 @@ def _gather(batch: _Reads, reward) -> compose.RewardMail:
 
 def expire_rewards(ctx: Context, job) -> str:
     """The periodic sweep: expire and refund overdue rewards, then delete finished jobs past
-    their retention (LARGESSE_JOB_RETENTION_DAYS)."""
+    their retention (LARGESSE_JOB_RETENTION_DAYS) and the dashboard's uploaded files past theirs."""
     count = service.expire_due(ctx.engine)
     if count:
         log.info("expired and refunded %s rewards", count)
@@ -277,6 +278,10 @@ def expire_rewards(ctx: Context, job) -> str:
             ctx.engine, ran_before=utcnow() - timedelta(days=ctx.settings.job_retention_days))
         if pruned:
             log.info("deleted %s finished jobs older than %s days", pruned, ctx.settings.job_retention_days)
+    with db.write(ctx.engine) as conn:  # the dashboard's uploaded CSV files past their days
+        uploads_pruned = dashboard_bulk.prune_uploads(conn, now=utcnow())
+    if uploads_pruned:
+        log.info("deleted %s uploaded CSV files older than %s days", uploads_pruned, dashboard_bulk.UPLOAD_DAYS)
     with db.write(ctx.engine) as conn:
         job_queue.reschedule(conn, job, ctx.worker_id, ctx.settings.expire_interval_seconds)
     return "swept"

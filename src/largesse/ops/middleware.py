@@ -49,7 +49,7 @@ def route_template(scope) -> str:
         return _static_route(scope) or UNMATCHED
     if path.startswith(API_PREFIX):
         return template if template.startswith(API_PREFIX) else API_PREFIX + template
-    if template and path.startswith(template) and "{" not in template:
+    if path == template:
         return template
     regex = getattr(route, "path_regex", None)
     if regex is not None:

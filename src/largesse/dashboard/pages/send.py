@@ -10,10 +10,8 @@ problem on its row.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 
 from fastapi import APIRouter
-from sqlalchemy import delete
 
 from largesse import db
 from largesse.campaigns import service as campaigns_service
@@ -228,10 +226,7 @@ def bulk_upload(ctx):
     upload_id = new_id()
     now = utcnow()
     with db.write(ctx.engine) as conn:
-        # A file holds recipients' names and addresses: the organization's files older than
-        # UPLOAD_DAYS go as a new one comes (an order placed from one keeps its own copy).
-        conn.execute(delete(uploads).where(uploads.c.organization_id == ctx.viewer.organization_id,
-                                           uploads.c.created_at < now - timedelta(days=UPLOAD_DAYS)))
+        bulk.prune_uploads(conn, now=now, organization_id=ctx.viewer.organization_id)
         conn.execute(uploads.insert().values(
             id=upload_id, organization_id=ctx.viewer.organization_id, member_id=ctx.viewer.member_id,
             filename=(filename or "upload.csv")[:200], sha256=bulk.digest(content),
@@ -257,8 +252,6 @@ def _file_problem(content: bytes) -> str | None:
 # own by the API's model (bulk.build_rewards) and by the order's plan (orders.service). 4,000
 # rows x 100 custom fields took 4.5 s for each view of the preview, so a file holds at most
 # MAX_FIELD_VALUES of them (5,000 rows with 5 custom fields: about 0.6 s).
-# Days an uploaded CSV file is kept (its preview page answers 404 after).
-UPLOAD_DAYS = 7
 MAX_FIELD_VALUES = 25_000
 
 
@@ -280,6 +273,8 @@ def _read(ctx, upload_id: str):
     org = ctx.viewer.organization_id
     with db.read(ctx.engine) as conn:
         upload = access.owned(conn, ctx.viewer, uploads, upload_id)
+        if upload.created_at < bulk.upload_cutoff(utcnow()):  # kept UPLOAD_DAYS (bulk.py)
+            raise access.NotFoundPage()
         fields = fields_service.list_for(conn, org)
         placed = repository.get_order(conn, org, bulk.external_id_for(upload.sha256))
         campaign = campaigns_service.get(conn, org, upload.options.get("campaign")) if (
