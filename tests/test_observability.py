@@ -213,12 +213,12 @@ def test_metrics(server, org, http, backend):
     assert order["id"] not in text  # route templates, never raw paths
     assert _samples(text, "largesse_database_up") == {"": 1.0}
     # Every page is counted under its template, with its prefix (FastAPI's scope["route"] lacks it).
-    for path in ("/openapi.json", "/dashboard/signin", "/dashboard/rewards/NOSUCHREWARD01"):
+    for path in ("/openapi.json", "/dashboard/signin", "/dashboard/rewards/NOSUCHREWARD01", "/dashboard/"):
         httpx.get(f"{server.url}{path}", follow_redirects=False)
     text = httpx.get(f"{server.url}/metrics").text
     routes = {labels.split('route="', 1)[1].split('"', 1)[0]
               for labels in _samples(text, "largesse_http_request_duration_seconds_count")}
-    assert {"/openapi.json", "/dashboard/signin", "/dashboard/rewards/{reward_id}"} <= routes, routes
+    assert {"/openapi.json", "/dashboard/signin", "/dashboard/rewards/{reward_id}", "/dashboard/"} <= routes, routes
     assert "/signin" not in routes and "NOSUCHREWARD01" not in text
     jobs = _samples(text, "largesse_jobs")
     assert jobs.get('{kind="deliver_reward",status="queued"}', 0) >= 1  # this server runs no worker
