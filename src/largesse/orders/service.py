@@ -218,7 +218,7 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
     metrics.order_created(plan.order_row["currency_code"], plan.order_row["total_cents"])
     public = settings.public_url
     wire_rewards = [
-        reward_to_wire(r, plan.field_values.get(r["id"], []),
+        reward_to_wire(r, plan.field_values.get(r["id"], []), now=plan.order_row["created_at"],  # none expired
                        link=tokens.link(public, links[r["id"]]) if r["id"] in links else None)
         for r in plan.reward_rows
     ]
