@@ -264,7 +264,7 @@ def test_an_unusable_database_url_is_one_line_without_its_password(tmp_path):
     ("LARGESSE_REWARD_EXPIRY_DAYS", "3000000", "from 1 to 3650"),  # past year 9999: every order a 500
     ("LARGESSE_WORKER_CONCURRENCY", "abc", "whole number"),  # "invalid literal for int()", no name
     ("LARGESSE_JOB_LEASE_SECONDS", "0", "above 0"),  # every claim a lost lease: emails sent twice
-    ("LARGESSE_DB_TIMEOUT_SECONDS", "-1", "above 0"),
+    ("LARGESSE_DB_TIMEOUT_SECONDS", "-1", "of at least 0"),
     ("LARGESSE_SMTP_TIMEOUT_SECONDS", "nan", "above 0"),
     ("LARGESSE_REDEEM_LIMIT_PER_IP", "60/min", "whole number"),  # read at the first /redeem: every page a 500
 ])

@@ -4,7 +4,6 @@ REWARDS.CANCELED / ORDERS.CANCELED sent."""
 
 from __future__ import annotations
 
-import pytest
 from sqlalchemy import select
 from tremendous import CreateWebhookRequest, FraudRuleRequest, FraudRuleRequestConfig, ReviewIp
 
@@ -16,15 +15,8 @@ from tests.delivery.conftest import fast, wait_for  # noqa: F401 - fast: the qui
 from tests.factories import available_cents, ok
 from tests.fraud.conftest import events_for, redeem, refund_count
 from tests.redemption.conftest import GIFT_CARD, fake_ip
-from tests.webhooks.kit import Receiver, settle
-
-
-@pytest.fixture
-def receiver():
-    started = Receiver()
-    yield started
-    started.server.shutdown()
-    started.server.server_close()
+from tests.webhooks.conftest import receiver  # noqa: F401 - the webhook receiver fixture
+from tests.webhooks.kit import settle
 
 
 def flag_redemptions_from(api, ip: str) -> None:
