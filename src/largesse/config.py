@@ -145,7 +145,6 @@ class Settings:
         timestamps = get("REWARD_LIST_TIMESTAMPS", "auto").lower()
         if timestamps not in TIMESTAMP_FORMATS:
             raise ValueError(f"LARGESSE_REWARD_LIST_TIMESTAMPS must be one of {TIMESTAMP_FORMATS}")
-        expiry = get("REWARD_EXPIRY_DAYS")
         return cls(
             database_url=get("DATABASE_URL") or _default_database_url(),
             environment=environment,
@@ -172,7 +171,7 @@ class Settings:
             job_retention_days=_days(get("JOB_RETENTION_DAYS", "30"), "JOB_RETENTION_DAYS"),
             smtp_timeout_seconds=seconds("SMTP_TIMEOUT_SECONDS", "30"),
             smtp_ca_file=get("SMTP_CA_FILE"),
-            reward_expiry_days=_expiry_days(expiry) or None if expiry else None,
+            reward_expiry_days=_expiry_days(get("REWARD_EXPIRY_DAYS", "0")) or None,
             secret_key=get("SECRET_KEY"),
             webhook_timeout_seconds=seconds("WEBHOOK_TIMEOUT_SECONDS", "10"),
             webhook_allow_private=_flag(get("WEBHOOK_ALLOW_PRIVATE", "0"), "WEBHOOK_ALLOW_PRIVATE"),
@@ -188,8 +187,8 @@ class Settings:
             db_timeout_seconds=seconds("DB_TIMEOUT_SECONDS", "1.5", zero=True),
             db_statement_timeout_seconds=seconds("DB_STATEMENT_TIMEOUT_SECONDS", "10", zero=True),
             opentelemetry=_flag(get("OPENTELEMETRY", "0"), "OPENTELEMETRY"),
-            db_concurrency=_positive(get("DB_CONCURRENCY", str(_default_db_concurrency())), "DB_CONCURRENCY"),
-            api_processes=_positive(get("API_PROCESSES", "1"), "API_PROCESSES"),
+            db_concurrency=count("DB_CONCURRENCY", str(_default_db_concurrency()), 1),
+            api_processes=count("API_PROCESSES", "1", 1),
         )
 
 
@@ -201,12 +200,6 @@ def _niceness(raw: str) -> int:
 
 def _default_db_concurrency() -> int:
     return 8 * (os.cpu_count() or 1)
-
-
-def _positive(raw: str, name: str) -> int:
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"LARGESSE_{name} must be a whole number of at least 1, not {raw!r}")
-    return int(raw)
 
 
 def _days(raw: str, name: str) -> int:

@@ -9,6 +9,7 @@ from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from largesse.auth import CallerDep
 from largesse.campaigns import service
+from largesse.config import MAX_EXPIRY_DAYS
 from largesse.schemas import Id, Name, Out, Text, Wire
 from largesse.web import EngineDep, clean_text, json_response, read_db, write_db
 
@@ -65,7 +66,7 @@ class CampaignFields(Wire):
     auto_add_product_rule: AutoAddRule | None = None
     webpage_style: WebpageStyle | None = None
     email_style: EmailStyle | None = None
-    reward_expiry_days: StrictInt | None = Field(default=None, ge=1, le=3650)
+    reward_expiry_days: StrictInt | None = Field(default=None, ge=1, le=MAX_EXPIRY_DAYS)
 
 
 class CreateCampaignIn(CampaignFields):

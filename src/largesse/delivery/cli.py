@@ -10,6 +10,7 @@ import typer
 
 from largesse import db
 from largesse.cli_common import check_mail_transport, emit, fail, load_settings, open_engine, require_org, shown
+from largesse.config import MAX_EXPIRY_DAYS
 
 jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", no_args_is_help=True)
 
@@ -139,8 +140,8 @@ def org_settings(
         typer.echo(f"reward expiry of {where}: {f'{days} days' if days else 'not set'}"
                    f" (LARGESSE_REWARD_EXPIRY_DAYS: {f'{default} days' if default else 'never'})")
         return
-    if reward_expiry_days is not None and not 1 <= reward_expiry_days <= 3650:
-        fail("--reward-expiry-days must be between 1 and 3650")
+    if reward_expiry_days is not None and not 1 <= reward_expiry_days <= MAX_EXPIRY_DAYS:
+        fail(f"--reward-expiry-days must be between 1 and {MAX_EXPIRY_DAYS}")
     with db.write(open_engine()) as conn:
         require_org(conn, org)
         if not service.set_expiry_days(conn, org=org, days=reward_expiry_days, campaign_id=campaign):

@@ -369,7 +369,6 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
     reward_rows, field_rows, job_rows, link_ids = [], [], [], []
     costs: list[tuple[int, int]] = []
     field_values: dict[str, list[dict]] = {}
-    subtotal = fees = 0
     for loc, r in reward_inputs:
         campaign = campaigns.get(r.campaign_id) if r.campaign_id else None
         offered = list(dict.fromkeys(r.products)) if r.products else list(campaign.products if campaign else [])
@@ -386,21 +385,10 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
             errors.add(loc + ("value", "currency_code"), problem)
         if not offered:
             errors.add(loc + ("products",), "no products: send products or a campaign that has some")
-        elif not r.products:
+        elif r.products:
+            _check_named_products(errors, loc, offered, catalog_rows, reward_currency, cents)
+        else:
             offered = _campaign_offer(errors, loc, campaign, catalog_rows, reward_currency, cents)
-        for pid in offered if r.products else ():
-            product = catalog_rows.get(pid)
-            if product is None:
-                errors.missing(loc + ("products",), f"product {pid} not found")
-                continue
-            band = catalog.band_for(product, reward_currency)
-            if band is None:
-                errors.add(loc + ("products",), f"product {pid} is not available in {reward_currency}")
-            elif cents and not band["min_cents"] <= cents <= band["max_cents"]:
-                errors.add(loc + ("value", "denomination"),
-                           f"must be between {amount_in(band['min_cents'], reward_currency)} and "
-                           f"{amount_in(band['max_cents'], reward_currency)} "
-                           f"{reward_currency} for product {pid}")
         method = r.delivery.method
         name = (r.recipient.name or "").strip()
         email = (r.recipient.email or "").strip() or None
@@ -433,7 +421,6 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
             costs.append((converted, charged - converted))
         else:
             costs.append((cents, fee))
-        subtotal, fees = subtotal + costs[-1][0], fees + costs[-1][1]
         scheduled = r.deliver_at is not None and r.deliver_at > today and method != "LINK"
         expiry_days = (campaign.reward_expiry_days if campaign and campaign.reward_expiry_days
                        else caller.reward_expiry_days or settings.reward_expiry_days)
@@ -464,6 +451,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
             run_after = datetime.combine(r.deliver_at, datetime.min.time()) if scheduled else now
             job_rows.append(job_queue.queued_row(kind="deliver_reward", organization_id=org, reward_id=reward_id,
                                                  run_after=run_after, now=now))
+    subtotal, fees = sum(value for value, _ in costs), sum(fee for _, fee in costs)
     # An order that needs approval is paid now (held in pending_cents) and delivered at approval.
     status = "EXECUTED"
     if approvals.needs_approval(context.approval_mode, context.approval_above_cents, channel=channel,
@@ -487,11 +475,29 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
     return _Plan(order_row, reward_rows, field_rows, field_values, job_rows, link_ids, balance_id, errors, costs)
 
 
+def _check_named_products(errors: _Errors, loc: tuple, offered: list[str], catalog_rows: dict, currency: str,
+                          cents: int) -> None:
+    """Products the request names: each must exist, be offered in the reward's currency and
+    take its value."""
+    for pid in offered:
+        product = catalog_rows.get(pid)
+        if product is None:
+            errors.missing(loc + ("products",), f"product {pid} not found")
+            continue
+        band = catalog.band_for(product, currency)
+        if band is None:
+            errors.add(loc + ("products",), f"product {pid} is not available in {currency}")
+        elif cents and not band["min_cents"] <= cents <= band["max_cents"]:
+            errors.add(loc + ("value", "denomination"),
+                       f"must be between {amount_in(band['min_cents'], currency)} and "
+                       f"{amount_in(band['max_cents'], currency)} {currency} for product {pid}")
+
+
 def _campaign_offer(errors: _Errors, loc: tuple, campaign, catalog_rows: dict, currency: str, cents: int) -> list[str]:
     """The campaign's products that take this reward (spec rule 1): those offered in its currency
     whose range holds its value. A campaign may hold products of several currencies and ranges
     (ALL_FEE_FREE does); the reward offers the ones that fit, and is refused only when none does.
-    Products the request names itself are checked one by one instead (each must fit)."""
+    Products the request names itself are checked one by one instead (_check_named_products)."""
     in_currency = [(pid, band) for pid in campaign.products
                    if (product := catalog_rows.get(pid)) is not None
                    and (band := catalog.band_for(product, currency)) is not None]
