@@ -10,7 +10,9 @@ campaigns = Table(
     Column("description", Text, nullable=True),
     Column("products", JSON, nullable=False),
     Column("fee_charged_to", String(20), nullable=False, default="SENDER"),
-    Column("auto_add_product_rule", JSON, nullable=True),
+    # None is SQL NULL (not the JSON `null`), in every insert and update, copies included: the
+    # catalog import reads and locks the rules that are IS NOT NULL (service.auto_add_products).
+    Column("auto_add_product_rule", JSON(none_as_null=True), nullable=True),
     Column("webpage_style", JSON, nullable=True),
     Column("email_style", JSON, nullable=True),
     Column("reward_expiry_days", Integer, nullable=True),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, null, select
+from sqlalchemy import Connection, select
 
 from largesse import codes, db
 from largesse.campaigns.models import campaigns
@@ -92,12 +92,6 @@ def _check_rule(conn: Connection, changes: dict) -> None:
     changes["auto_add_product_rule"] = stored if rule.get("enabled") else None
 
 
-def _sql_null(value):
-    """None as SQL NULL, not the JSON `null` SQLAlchemy's JSON type stores for it: a cleared
-    auto_add_product_rule is NULL, so that auto_add_products reads only the configured rules."""
-    return null() if value is None else value
-
-
 def _check_fee_free(fee_charged_to: str, products: dict) -> None:
     """API.md §2.2: a RECIPIENT campaign needs at least one fee-free product, checked on the
     campaign as it is saved (a create, or a PUT with the current values of the keys it omits).
@@ -125,8 +119,7 @@ def create(conn: Connection, organization_id: str, values: dict):
         "reward_expiry_days": values.get("reward_expiry_days"),
         "created_at": now, "updated_at": now,
     }
-    conn.execute(campaigns.insert().values(
-        **{**row, "auto_add_product_rule": _sql_null(row["auto_add_product_rule"])}))
+    conn.execute(campaigns.insert().values(**row))
     return row
 
 
@@ -143,8 +136,6 @@ def update(conn: Connection, organization_id: str, campaign_id: str, changes: di
     changes = {k: v for k, v in changes.items() if v is not None or k in NULLABLE}
     _check_rule(conn, changes)
     values = {k: v for k, v in changes.items() if k in campaigns.c}
-    if "auto_add_product_rule" in values:
-        values["auto_add_product_rule"] = _sql_null(values["auto_add_product_rule"])
     if "products" in values:
         values["products"], known = resolve_products(conn, values["products"])
         _check_fee_free(values.get("fee_charged_to", current.fee_charged_to), known)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import JSON, Connection, Table, null, select
+from sqlalchemy import Connection, Table, select
 
 from largesse import auth
 from largesse.campaigns.models import campaigns
@@ -97,14 +97,8 @@ def _copy_rows(conn: Connection, table: Table, source_org: str, target_org: str)
             if stamp in values:
                 values[stamp] = now
         rows.append(values)
-    # A JSON column's None is written as SQL NULL, as it was stored (SQLAlchemy's JSON type
-    # would store the JSON `null`, which e.g. auto_add_products' `IS NOT NULL` then reads).
-    for column in (c for c in table.c if isinstance(c.type, JSON)):
-        for values in rows:
-            if values.get(column.name) is None:
-                values[column.name] = null()
-    for values in rows:
-        conn.execute(table.insert().values(**values))
+    if rows:
+        conn.execute(table.insert(), rows)
     return len(rows)
 
 
