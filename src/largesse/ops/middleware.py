@@ -60,11 +60,16 @@ def route_template(scope) -> str:
 
 
 def _static_route(scope) -> str | None:
+    """The path itself when it is one of the application's parameterless routes (a set made
+    once per application: an unknown path, of a scan for instance, walked every route)."""
     app = scope.get("app")
-    for route in getattr(getattr(app, "router", None), "routes", ()):
-        if getattr(route, "path", None) == scope["path"] and "{" not in route.path:
-            return route.path
-    return None
+    if app is None:
+        return None
+    paths = getattr(app.state, "static_route_paths", None)
+    if paths is None:
+        paths = app.state.static_route_paths = frozenset(
+            route.path for route in app.router.routes if "{" not in getattr(route, "path", "{"))
+    return scope["path"] if scope["path"] in paths else None
 
 
 def loggable_path(path: str) -> str:

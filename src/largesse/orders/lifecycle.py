@@ -55,9 +55,9 @@ def effective(stored: str, expires_at: datetime | None, *, at: datetime, order_s
 
     Rewards of an order waiting for approval never expire (the sweep skips them,
     NOT_WAITING_FOR_APPROVAL; their expires_at moves at approval): with `order_status` PENDING
-    APPROVAL the stored status stands. Callers without the order's status (the API's reward wire
-    form, links, which refuse a waiting order's rewards first) read such a reward past its first
-    expires_at as EXPIRED until it is approved."""
+    APPROVAL the stored status stands. The API's reward wire form reads it without the order's
+    status, and its pages put such a reward back (orders/repository._not_expired_while_waiting);
+    links refuse a waiting order's rewards first."""
     if stored == "ACTIVE" and expires_at is not None and expires_at <= at and order_status != PENDING_APPROVAL:
         return "EXPIRED"
     return stored

@@ -338,7 +338,6 @@ def bulk_place(ctx, upload_id: str):
     return ctx.redirect(f"/dashboard/orders/{order.order['id']}")
 
 
-
 def _placement_error(exc: ApiError, sheet) -> str:
     """The service's refusal of the order, in words, each row's problem named by its line."""
     pairs = [(tuple(int(p) if str(p).isdigit() else p for p in loc), message)
