@@ -106,6 +106,12 @@ def test_killed_process_jobs_leave_pending_within_15_s_of_the_restart(kind, org,
         good.stop()
 
 
+def _one_thread_worker(database_url: str, smtp_url: str, tmp_path):
+    """A `largesse worker` process with one email thread, no webhook thread and a 1.5 s lease."""
+    return start_worker(env_for(database_url, smtp_url, job_lease_seconds=1.5), tmp_path / "first.log",
+                        "--concurrency", "1", "--webhook-concurrency", "0")
+
+
 def test_a_job_running_longer_than_its_lease_keeps_it(org, http, engine, database_url, fast, tmp_path):
     """The first worker's SMTP send takes 6 s, four leases of 1.5 s; a second worker polls the
     queue (and requeues expired leases) all along. The heartbeat keeps the job: one email."""
@@ -113,8 +119,7 @@ def test_a_job_running_longer_than_its_lease_keeps_it(org, http, engine, databas
     first = second = None
     try:
         settle(engine, fast, slow.url)
-        first = start_worker(env_for(database_url, slow.url, job_lease_seconds=1.5), tmp_path / "first.log",
-                             "--concurrency", "1", "--webhook-concurrency", "0")
+        first = _one_thread_worker(database_url, slow.url, tmp_path)
         address = tagged(org.member_email, "slow")
         [reward_id] = order(http, [address])
         wait_until(lambda: slow.handler.stalled == 1, 30, message="the first worker did not start sending")
@@ -141,8 +146,7 @@ def test_a_paused_worker_does_not_resend_what_was_taken_over(org, http, engine, 
     first = second = None
     try:
         settle(engine, fast, relay.url)
-        first = start_worker(env_for(database_url, relay.url, job_lease_seconds=1.5), tmp_path / "first.log",
-                             "--concurrency", "1", "--webhook-concurrency", "0")
+        first = _one_thread_worker(database_url, relay.url, tmp_path)
         addresses = [tagged(org.member_email, f"slow{i}") for i in range(12)]
         reward_ids = order(http, addresses)
         wait_until(lambda: relay.handler.stalled >= 2, 30, message="the first worker did not start sending")
