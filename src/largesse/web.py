@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import re
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from datetime import time as time_of_day
 from typing import Annotated, Any, TypeVar
 
@@ -338,12 +337,19 @@ def timestamp_param(request: Request, name: str):
         value = parse_timestamp(raw)
     except ValueError:
         raise BadRequest(f"{name} must be an ISO 8601 date or date-time", {name: ["is not a valid date"]}) from None
-    if name.endswith("[lte]") and _BARE_DATE.fullmatch(raw.strip()):
+    if name.endswith("[lte]") and _is_date_alone(raw):
         value = datetime.combine(value.date(), time_of_day.max)
     return value
 
 
-_BARE_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+def _is_date_alone(raw: str) -> bool:
+    """Whether the text names a day without a time of day, in any ISO 8601 form that
+    parse_timestamp takes (2026-11-24, 20261124, 2026-W48-2)."""
+    try:
+        date.fromisoformat(raw.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def clean_text(value: str, name: str, *, max_length: int = 1000) -> str:

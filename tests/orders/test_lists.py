@@ -68,6 +68,8 @@ def test_a_bare_date_as_upper_bound_takes_the_whole_day_in(org, api, http):
     # A date-time is taken as the instant it names.
     assert api.list_orders(created_at_lte=today + "T00:00:00Z").total_count == 0
     assert ok(http.get("/orders", params={"created_at[lte]": "9999-12-31"}))["total_count"] == 1
+    # So is a date in ISO 8601's basic form (20261124): it read as midnight, leaving the day out.
+    assert [o.id for o in api.list_orders(created_at_lte=today.replace("-", "")).orders] == [order["id"]]
     transactions = ok(http.get("/balance_transactions", params={"created_at[lte]": today}))["transactions"]
     assert transactions and all(t["created_at"][:10] <= today for t in transactions)
 
