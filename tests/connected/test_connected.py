@@ -313,3 +313,29 @@ def test_list_total_count_is_exact_near_the_end_and_a_lower_bound_before(api, ht
         if offset >= body["total_count"]:
             break
     assert seen == newest_first
+
+
+@pytest.mark.parametrize("return_url", ["https://[::1", "https://platform.example.com:99999/back",
+                                        "https://platform.example.com:0/back"])
+def test_a_return_url_that_urlsplit_refuses_is_400_not_500(api, return_url):
+    """A malformed IPv6 host or a port outside 1-65535: 400 at return_url, never a 500."""
+    alice = _member(api, _connected(api).id)
+    with pytest.raises(BadRequestException) as raised:
+        api.create_connected_organization_member_session(alice.id, CreateConnectedOrganizationMemberSessionRequest(
+            return_url=return_url))
+    assert raised.value.data.errors.payload == {"return_url": ["must be an absolute http(s) URL"]}
+    session = api.create_connected_organization_member_session(
+        alice.id, CreateConnectedOrganizationMemberSessionRequest(return_url="https://[::1]:8443/back"),
+    ).connected_organization_member_session
+    assert session.return_url == "https://[::1]:8443/back"
+
+
+def test_a_blank_kyb_name_does_not_name_the_organization(api):
+    """The name rule of every organization (no surrounding spaces, not blank): a blank
+    company_name falls back to doing_business_as, then to the client_id."""
+    for client_id, company, dba, shown in (("c-dba", "   ", " Trading As ", "Trading As"),
+                                           ("c-id", " ", "  ", "c-id"), ("c-trim", " Acme Ltd ", None, "Acme Ltd")):
+        created = api.create_connected_organization(CreateConnectedOrganizationRequest(
+            client_id=client_id, kyb_prefill=CreateConnectedOrganizationRequestKybPrefill(
+                company_name=company, doing_business_as=dba))).connected_organization
+        assert created.organization.name == shown, client_id

@@ -71,7 +71,9 @@ def create_connected_org(conn: Connection, *, platform_id: str, client_id: str, 
         kyb["website_url"] = website
     if conn.execute(_live(platform_id).where(_CO.c.client_id == client_id)).first() is not None:
         raise _taken()
-    name = kyb.get("company_name") or kyb.get("doing_business_as") or client_id
+    # The name rule of every organization (orgs/service.py: clean_name): no surrounding spaces, not blank.
+    name = next((v.strip() for v in (kyb.get("company_name"), kyb.get("doing_business_as")) if v and v.strip()),
+                client_id)
     created = suborgs.create_sub_org(conn, parent_id=platform_id, name=name[:200], website=website or None,
                                      currency_code=currency)
     connected_id = new_id()
@@ -219,8 +221,13 @@ def connected_member_to_wire(conn: Connection, row) -> dict:
 def check_return_url(value: str) -> str:
     """An absolute http(s) URL with a host: where the member goes back to, on the platform."""
     value = value.strip()
-    parts = urlsplit(value) if len(value) <= MAX_RETURN_URL and value.isprintable() else None
-    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname or " " in value:
+    try:
+        parts = urlsplit(value) if len(value) <= MAX_RETURN_URL and value.isprintable() else None
+        port_ok = parts is None or parts.port is None or parts.port > 0
+    except ValueError:  # urlsplit and .port refuse a malformed host ("https://[::1") or port (":99999")
+        parts, port_ok = None, False
+    if (parts is None or not port_ok or parts.scheme.lower() not in ("http", "https") or not parts.hostname
+            or " " in value):
         raise BadRequest("return_url must be an absolute http or https URL",
                          {"return_url": ["must be an absolute http(s) URL"]})
     return value
