@@ -165,3 +165,16 @@ def test_create_api_key_read_write_read_only_and_empty_body(org, api):
         assert "permission" in error(h.post("/organizations/create_api_key", json={"permission": "admin"}),
                                      400)["payload"]
     assert [o.name for o in api.list_organizations().organizations] == ["Acme"]
+
+
+def test_a_website_port_must_be_a_port(org, api):
+    """`website` (and a connected organization's kyb_prefill.website_url, the same rule): a port
+    outside 1-65535 is not a URL."""
+    for website in ("https://x.example:99999/about", "x.example:0", "https://x.example:65536"):
+        with pytest.raises(BadRequestException) as raised:
+            api.create_organization(CreateOrganizationRequest(name="X", website=website, with_api_key=False))
+        assert raised.value.data.errors.payload == {"website": ["is not a valid URL"]}, website
+    created = api.create_organization(CreateOrganizationRequest(name="Port", website="https://x.example:8443/about",
+                                                                with_api_key=False)).organization
+    assert created.website == "https://x.example:8443/about"
+    assert [o.name for o in api.list_organizations().organizations] == ["Acme"]

@@ -284,7 +284,8 @@ _WEBSITE = re.compile(r"^(https?://)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:
 
 
 def valid_website(website: str) -> bool:
-    return _WEBSITE.match(website) is not None
+    match = _WEBSITE.match(website)
+    return match is not None and (match.group(2) is None or 0 < int(match.group(2)[1:]) <= 65535)
 
 
 def visible_orgs(conn: Connection, organization_id: str, *, sub_organizations: bool = False):
