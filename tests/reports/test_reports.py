@@ -337,3 +337,20 @@ def test_a_field_labelled_as_a_built_in_column_gets_a_column_name_of_its_own(org
     assert header == [*COLUMNS, "custom_field:Amount"] and len(set(header)) == len(header)
     row = dict(zip(header, rows[1], strict=True))
     assert (row["amount"], row["custom_field:Amount"]) == ("9.00", "nine")
+
+
+def test_the_last_date_there_is_is_a_valid_upper_bound(org, api, http, work):
+    """created_at.lte and delivered_at of 9999-12-31 (an open end, as some clients write it):
+    the day after it cannot be computed, so there is no upper bound; the report is generated,
+    never FAILED."""
+    reward = place(http, org.member_email, method="LINK")["rewards"][0]["id"]  # delivered at once
+    ids = [api.create_report(req).report.id for req in (
+        request(created_at={"gte": "0001-01-01", "lte": "9999-12-31"}), request(created_at={"lte": "9999-12-31"}),
+        request(delivered_at="9999-12-31"))]
+    work()
+    rows = []
+    for report_id in ids:
+        code, report = status_of(api, report_id)
+        assert (code, report.status) == (200, "READY_FOR_DOWNLOAD"), report_id
+        rows.append({row[0] for row in download(report.url)[1][1:]})
+    assert rows == [{reward}, {reward}, set()]

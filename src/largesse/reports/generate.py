@@ -55,6 +55,13 @@ def _day(text: str) -> datetime:
     return datetime.combine(date.fromisoformat(text), datetime.min.time())
 
 
+def _day_after(text: str) -> datetime | None:
+    """The start of the day after `text`; None after 9999-12-31, the last date there is (no
+    upper bound then: every timestamp is before it)."""
+    day = date.fromisoformat(text)
+    return None if day == date.max else datetime.combine(day + timedelta(days=1), datetime.min.time())
+
+
 def conditions(org: str, filters: dict) -> list:
     """The WHERE of a report's filters (API.md §5 "Report filters").
 
@@ -72,11 +79,12 @@ def conditions(org: str, filters: dict) -> list:
         where.append(r.c.denomination_cents <= filters["amount_lte_cents"])
     if "created_gte" in filters:
         where.append(r.c.created_at >= _day(filters["created_gte"]))
-    if "created_lte" in filters:
-        where.append(r.c.created_at < _day(filters["created_lte"]) + timedelta(days=1))
+    if "created_lte" in filters and (end := _day_after(filters["created_lte"])) is not None:
+        where.append(r.c.created_at < end)
     if "delivered_at" in filters:
-        day = _day(filters["delivered_at"])
-        where.extend([r.c.delivered_at >= day, r.c.delivered_at < day + timedelta(days=1)])
+        where.append(r.c.delivered_at >= _day(filters["delivered_at"]))
+        if (end := _day_after(filters["delivered_at"])) is not None:
+            where.append(r.c.delivered_at < end)
     if "campaign_id" in filters:
         where.append(r.c.campaign_id == filters["campaign_id"])
     if "order_id" in filters:
