@@ -345,3 +345,15 @@ def test_a_list_of_50000_addresses(org, api, http, engine):
     assert "TEST-" in redeem(other, ip="198.200.0.1")
     assert api.get_fraud_review(held).fraud_review.reasons == ["Disallowed IP"]
     assert payout_count(engine, paid) == 1
+
+
+def test_an_empty_status_filter_is_as_if_absent(org, api, http):
+    """docs/api.md: an empty query parameter is as if it were absent, for the status filter too."""
+    ip = fake_ip()
+    review_ip(api, ip)
+    reward_id, link = link_reward(org)
+    redeem(link, ip=ip)
+    listed = http.get("/fraud_reviews", params={"status": ""})
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["total_count"] == 1 and listed.json()["fraud_reviews"][0]["reward"]["id"] == reward_id
+    assert http.get("/fraud_reviews", params={"status": "pending"}).status_code == 400

@@ -98,7 +98,7 @@ async def list_fraud_reviews(request: Request, caller: CallerDep, engine: Engine
     """Held redemptions, newest first. Query: offset, limit (1..100, default 10), status
     (flagged, blocked, released), created_at[gte|lte] (the reward's), redeemed_at[gte|lte]."""
     offset, limit = PAGING.read(request)
-    status = request.query_params.get("status")
+    status = request.query_params.get("status") or None  # empty: as if absent (docs/api.md)
     if status is not None and status.lower() not in service.REVIEW_STATUSES:
         raise BadRequest("status must be flagged, blocked or released", {"status": ["is not a review status"]})
     filters = {name.replace("[", "_").rstrip("]"): timestamp_param(request, name)
