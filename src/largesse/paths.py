@@ -51,6 +51,16 @@ def unprintable(value: str) -> bool:
     return any(c == "\ufffd" or unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in value)
 
 
+def undecodable_or_control(value: str) -> bool:
+    """Whether value holds control characters (Cc), lone surrogates or U+FFFD (bytes that were
+    not UTF-8): what no path parameter may hold. Free-text parameters (FREE_TEXT_PARAMS: an
+    external_id) may hold format characters (Cf: a zero-width joiner inside an emoji, a bidi
+    mark), which unprintable refuses in every other parameter."""
+    if value.isascii():
+        return not value.isprintable()
+    return any(c == "\ufffd" or unicodedata.category(c) in ("Cc", "Cs") for c in value)
+
+
 def printable(value: str, max_length: int = MAX_LENGTH) -> str:
     """value with control/format characters replaced by '?', cut to max_length: safe to echo."""
     if unprintable(value):
@@ -65,7 +75,7 @@ def _noun(name: str) -> str:
 def param_problem(name: str, value: str) -> tuple[int, str, dict] | None:
     """(status, message, payload) for a bad value of the path parameter `name`, or None."""
     what = "id" if name == "id" else f"{_noun(name).lower()} id"  # {id}: not "id id"
-    if unprintable(value):
+    if undecodable_or_control(value) if name in FREE_TEXT_PARAMS else unprintable(value):
         return 400, (f"Invalid {what}: it contains control characters or bytes that are not "
                      "UTF-8"), {"id": ["contains invalid characters"]}
     if len(value) > MAX_LENGTH:

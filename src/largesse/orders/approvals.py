@@ -106,7 +106,8 @@ def list_pending(conn: Connection, org: str, *, limit: int = 100):
 def _pending_order(conn: Connection, org: str, order_id: str, *, via_api: bool, verb: str):
     order = repository.get_order(conn, org, order_id)
     if order is None:
-        raise NotFound(f"Order {order_id} not found", {"id": ["not found"]})
+        raise NotFound(f"Order {order_id} not found" if order_id.isprintable() else "Order not found",
+                       {"id": ["not found"]})
     if via_api:
         allowed = conn.execute(select(organizations.c.approval_api_allowed)
                                .where(organizations.c.id == org)).scalar_one()

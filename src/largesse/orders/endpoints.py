@@ -105,7 +105,8 @@ async def get_order(order_id: str, caller: CallerDep, engine: EngineDep):
         with db.read(engine) as conn:
             row = repository.get_order(conn, caller.organization_id, order_id)
             if row is None:
-                raise NotFound(f"Order {order_id} not found", {"id": ["not found"]})
+                raise NotFound(f"Order {order_id} not found" if order_id.isprintable() else "Order not found",
+                               {"id": ["not found"]})
             return repository.orders_to_wire(conn, [row])[0]
 
     return json_response({"order": await run_db(engine, db.retrying, load)})

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from largesse import codes
 from largesse.money import Amount, ExactJsonModel, exact_amount
-from largesse.paths import unprintable
+from largesse.paths import undecodable_or_control
 from largesse.schemas import Id, Name, Out, Text, Wire
 
 MAX_CUSTOM_FIELDS = 100  # per reward; so also the most labels GET /rewards can usefully match
@@ -116,11 +116,11 @@ class CreateOrderIn(Wire, ExactJsonModel):
         # Nor "." and "..": HTTP clients remove such path segments (RFC 3986 §5.2.4) before sending.
         if value in (".", ".."):
             raise ValueError("must not be '.' or '..'")
-        # Nor control or format characters (tab, newline, zero-width, bidi marks): every path
-        # holding one is refused with 400 before routing (paths.py), so GET /orders/{external_id}
-        # and the approvals could never reach the order.
-        if value is not None and unprintable(value):
-            raise ValueError("must not contain control or format characters")
+        # Nor control characters (tab, newline, DEL, U+0085) or U+FFFD: a path holding one is
+        # refused with 400 before routing (paths.py), so GET /orders/{external_id} and the
+        # approvals could never reach the order.
+        if value is not None and undecodable_or_control(value):
+            raise ValueError("must not contain control characters")
         return value
 
     @model_validator(mode="after")
