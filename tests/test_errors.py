@@ -72,6 +72,7 @@ def test_bad_authorization_is_401(org, headers):
         for response in (client.get("/orders"), client.post("/orders", json=order_body(org.member_email)),
                          client.get("/products"), client.get("/funding_sources/BALANCE")):
             error(response, 401)
+            assert response.headers["WWW-Authenticate"] == "Bearer"  # the challenge HTTP requires on a 401
 
 
 def test_client_sees_401_body(org):

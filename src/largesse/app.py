@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from largesse import __version__, auth, db, paths, ratelimit
 from largesse.config import Settings
 from largesse.db import make_engine
-from largesse.errors import ApiError, first_message, payload_from
+from largesse.errors import ApiError, Unauthorized, first_message, payload_from
 from largesse.schemas import Out
 from largesse.web import json_response
 
@@ -101,7 +101,8 @@ class RequestGuard:
             authorization = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             if not authorization[:7].lower() == b"bearer " or not authorization[7:].strip():
                 return await _error(401, "Missing or malformed Authorization header; send "
-                                         "'Authorization: Bearer <API key>'")(scope, receive, send)
+                                         "'Authorization: Bearer <API key>'",
+                                    headers=Unauthorized().headers)(scope, receive, send)
         chunked = False
         for name, value in scope["headers"]:
             if name == b"content-length":

@@ -31,8 +31,14 @@ class BadRequest(ApiError):
 
 
 class Unauthorized(ApiError):
+    """401, with the challenge HTTP requires on it (RFC 9110 §15.5.2): the Bearer scheme."""
+
     status_code = 401
     default_message = "Missing or invalid API key"
+
+    def __init__(self, message: str | None = None, payload: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message, payload, {"WWW-Authenticate": "Bearer", **(headers or {})})
 
 
 class PaymentRequired(ApiError):
