@@ -130,3 +130,20 @@ def test_reward_lifecycle_events(org, api, http, receiver, engine, fast):
     api.cancel_reward(failed["id"])
     wait_for(lambda: receiver.events("REWARDS.CANCELED"), settings=settings, engine=engine)
     assert receiver.events("REWARDS.CANCELED")[0]["payload"]["resource"] == {"id": failed["id"], "type": "rewards"}
+
+
+def test_a_deleted_webhooks_queued_events_are_dropped_not_sent_to_its_successor(api, receiver, engine, fast):
+    """docs/webhooks.md: "a deleted webhook drops them". Events queued for a webhook that is
+    then deleted never reach a webhook created after it (a new URL, a new key), even when the
+    old ones were still waiting for an attempt."""
+    settings = fast()
+    settle(engine, settings)
+    old = api.create_webhook(CreateWebhookRequest(url=receiver.url + "/old")).webhook
+    api.simulate_webhook(old.id, SimulateWebhookRequest(event="ORDERS.FAILED"))  # queued, not sent yet
+    api.delete_webhook(old.id)
+    new = api.create_webhook(CreateWebhookRequest(url=receiver.url + "/new")).webhook
+    assert new.id != old.id
+    api.simulate_webhook(new.id, SimulateWebhookRequest(event="ORDERS.CANCELED"))
+    wait_for(lambda: receiver.events("ORDERS.CANCELED"), settings=settings, engine=engine)
+    settle(engine, settings)
+    assert [json.loads(body)["event"] for _, body in receiver.requests] == ["ORDERS.CANCELED"]

@@ -93,9 +93,16 @@ def upsert(conn: Connection, organization_id: str, url: str, box: crypto.KeyBox)
 
 
 def remove(conn: Connection, organization_id: str, webhook_id: str) -> None:
+    """Delete the webhook, its delivery log and its queued events: the worker sends an event to
+    the organization's webhook of the moment, so an event left queued would reach a webhook
+    created after this one (another URL, another key)."""
     get_or_404(conn, organization_id, webhook_id)
     conn.execute(delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == webhook_id))
     conn.execute(delete(webhooks).where(webhooks.c.id == webhook_id))
+    conn.execute(update(jobs).where(
+        jobs.c.status == job_queue.QUEUED, jobs.c.lane == job_queue.lane_of("deliver_webhook"),
+        jobs.c.organization_id == organization_id, jobs.c.kind == "deliver_webhook",
+    ).values(status=job_queue.DONE, last_error="webhook deleted", updated_at=utcnow()))
 
 
 def signing_key(engine: Engine, settings: Settings, row) -> str:
