@@ -57,3 +57,26 @@ def test_unknown_product_is_404(api, http):
     error(http.get("/products/UNKNOWN"), 404)
     with pytest.raises(NotFoundException):
         api.get_product("NOSUCHPRODUCT0")
+
+
+def _product(**changes) -> dict:
+    product = {"id": "PGCIMPORTED01US", "name": "Imported", "category": "merchant_card", "countries": ["US"],
+               "skus": [{"min": 5, "max": 100, "currency_code": "USD"}],
+               "images": [{"src": "/static/products/x.svg", "type": "logo"}]}
+    return {**product, **changes}
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"images": [{"src": "/static/products/x.svg", "type": "banner"}]}, "images must be a list"),
+    ({"images": [{"src": "/static/products/x.svg", "type": None}]}, "images must be a list"),
+    ({"fee_free": "false"}, "fee_free must be true or false"),
+    ({"active": 0}, "active must be true or false"),
+])
+def test_import_refuses_what_the_wire_could_not_carry(changes, problem):
+    """An image type outside API.md §5 ImageType (card, logo) would reach every client; a
+    "false" string read as a flag is True (a fee-free or active product by mistake)."""
+    from largesse.catalog.service import CatalogError, parse_catalog
+
+    assert parse_catalog({"products": [_product()]})[0]["images"][0]["type"] == "logo"
+    with pytest.raises(CatalogError, match=problem):
+        parse_catalog({"products": [_product(**changes)]})

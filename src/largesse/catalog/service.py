@@ -22,6 +22,7 @@ SUBCATEGORIES = {"beauty_and_health", "digital_financial_services", "electronics
                  "food_and_drink", "general_merchandise", "grocery_and_supermarkets", "home_and_living",
                  "mobility_and_fuel", "sports_and_outdoor_gear", "travel_and_hospitality"}
 FULFILLMENT_PROVIDERS = {"sandbox", "inventory", None}
+IMAGE_TYPES = ("card", "logo")  # API.md §5 ImageType: the wire carries no other value
 
 
 class CatalogError(ValueError):
@@ -190,7 +191,7 @@ def _parse_product(item: dict) -> dict:
     images = item.get("images") or []
     if not isinstance(images, list) or not all(
             isinstance(i, dict) and isinstance(i.get("src"), str) and i["src"]
-            and isinstance(i.get("type", "card"), str) and isinstance(i.get("content_type") or "", str)
+            and i.get("type", "card") in IMAGE_TYPES and isinstance(i.get("content_type") or "", str)
             for i in images):
         raise CatalogError('images must be a list of {"src": str, "type": "card"|"logo"} objects')
     if not isinstance(item["name"], str) or not 1 <= len(item["name"]) <= 200:
@@ -198,6 +199,9 @@ def _parse_product(item: dict) -> dict:
     for key in ("description", "disclosure", "usage_instructions"):
         if not isinstance(item.get(key) or "", str):
             raise CatalogError(f"{key} must be a string")
+    for key in ("fee_free", "active"):  # bool("false") is True: a string would flip the flag
+        if not isinstance(item.get(key, True), bool):
+            raise CatalogError(f"{key} must be true or false")
     fulfillment = item.get("fulfillment", "sandbox")
     if fulfillment not in FULFILLMENT_PROVIDERS:
         raise CatalogError(f"fulfillment must be one of sandbox, inventory or null, not {fulfillment!r}")
