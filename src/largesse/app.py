@@ -82,6 +82,24 @@ def _error(status: int, message: str, payload: dict | None = None, headers: dict
     return response
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _read_as_json(scope) -> None:
+    """An API body is JSON whatever its Content-Type (docs/api.md: `curl -d` sends
+    application/x-www-form-urlencoded, some clients none): the request is given a JSON one, so
+    the endpoints whose body FastAPI reads (campaigns, fields, webhooks, members...) read it as
+    those that parse their own bytes (orders, invoices, top-ups) always did."""
+    headers = scope["headers"]
+    for name, value in headers:
+        if name == b"content-type":
+            if b"json" in value.lower():
+                return
+            break
+    scope["headers"] = [(n, v) for n, v in headers if n != b"content-type"] + [
+        (b"content-type", b"application/json")]
+
+
 class RequestGuard:
     """Checks made before any routing or body parsing.
 
@@ -103,6 +121,8 @@ class RequestGuard:
                 return await _error(401, "Missing or malformed Authorization header; send "
                                          "'Authorization: Bearer <API key>'",
                                     headers=Unauthorized().headers)(scope, receive, send)
+            if scope["method"] in _BODY_METHODS:
+                _read_as_json(scope)
         chunked = False
         for name, value in scope["headers"]:
             if name == b"content-length":
