@@ -185,6 +185,24 @@ def test_forex_import_replaces_the_set(org, api, http, cli, tmp_path, default_ra
     assert ledger_problems(cli, org.id) == []
 
 
+def test_extreme_imported_rates_are_exact_and_an_unpayable_conversion_is_400(org, api, http, cli, tmp_path,
+                                                                              default_rates):
+    # The widest rates an import takes (12 digits each side of the point): their ratios needed more
+    # than the default decimal context's 28 digits (InvalidOperation: GET /forex and orders 500).
+    path = tmp_path / "rates.csv"
+    path.write_text("currency_code,rate,date\nUSD,1,2026-11-22\nEUR,0.000000000001,2026-11-22\n"
+                    "GBP,999999999999.999999999999,2026-11-22\n")
+    cli("forex", "import", str(path))
+    assert api.list_forex(base="EUR").forex["GBP"] == float(Decimal("999999999999.999999999999") * 10**12)
+    assert api.list_forex(base="GBP").forex["EUR"] == 0
+    before = available_cents(http)
+    body = order_body(org.member_email, products=[TRAVEL_MULTI])
+    body["reward"]["value"] = {"denomination": 30, "currency_code": "EUR"}  # 30 EUR: 3e13 USD
+    errors = error(http.post("/orders", json=body), 400)
+    assert "denomination" in errors["payload"]["reward"]["value"]
+    assert available_cents(http) == before and ok(http.get("/orders"))["total_count"] == 0
+
+
 @pytest.mark.parametrize("query", ["created_at%5Bgte%5D=yesterday", "created_at%5Blte%5D=2024-13-01",
                                    "created_at%5Bgte%5D=0001-01-01T00:00:00%2B23:59", "offset=x", "limit=-1"])
 def test_invalid_transaction_filters_are_422(api, http, query):

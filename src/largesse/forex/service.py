@@ -15,7 +15,7 @@ import io
 import re
 from dataclasses import dataclass
 from datetime import date
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, delete, select
@@ -33,6 +33,10 @@ MAX_ROWS = 500
 # A cross rate (e.g. EUR -> GBP) is fixed to this many decimals before it is applied and
 # recorded on the order, so the recorded rate reproduces the charge exactly.
 CROSS_RATE_QUANTUM = Decimal("1e-10")
+# Ratios of two rates are exact in this context: rates have at most 12 digits on each side of the
+# point, so a ratio has at most 24 before it, and 10 after once fixed (the default context's 28
+# digits raised InvalidOperation, a 500, for two extreme imported rates).
+_WIDE = Context(prec=60)
 _CODE = re.compile(r"[A-Z]{3}")
 _RATE = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,12})?")
 
@@ -114,17 +118,17 @@ def cross_rate(rates: dict[str, Rate], source: str, target: str) -> tuple[Decima
     a, b = rates.get(source), rates.get(target)
     if a is None or b is None:
         return None
-    rate = (b.rate / a.rate).quantize(CROSS_RATE_QUANTUM, rounding=ROUND_HALF_UP)
+    rate = _WIDE.divide(b.rate, a.rate).quantize(CROSS_RATE_QUANTUM, rounding=ROUND_HALF_UP, context=_WIDE)
     return rate, min(a.as_of, b.as_of)
 
 
 def convert_cents(cents: int, rate: Decimal, target_currency: str) -> int:
     """An amount in hundredths of one currency -> hundredths of the target, rounded half up
     to the target's minor unit (a cent; a whole unit for 0-decimal currencies such as JPY)."""
-    exact = Decimal(cents) * rate
+    exact = _WIDE.multiply(Decimal(cents), rate)
     if decimals_for(target_currency) == 0:
-        return int((exact / 100).quantize(Decimal(1), rounding=ROUND_HALF_UP)) * 100
-    return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        return int(_WIDE.divide(exact, 100).quantize(Decimal(1), rounding=ROUND_HALF_UP, context=_WIDE)) * 100
+    return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP, context=_WIDE))
 
 
 def table_for(conn: Connection, base: str) -> dict[str, float]:
@@ -136,7 +140,10 @@ def table_for(conn: Connection, base: str) -> dict[str, float]:
                          {"base": [f"must be one of {', '.join(sorted(rates))}"]})
     table = {}
     for code in sorted(rates):
-        value = (rates[code].rate / rates[base].rate).quantize(Decimal("1e-8"), rounding=ROUND_HALF_UP)
-        table[code] = int(value) if value == value.to_integral_value() else float(value)
+        value = _WIDE.divide(rates[code].rate, rates[base].rate).quantize(
+            Decimal("1e-8"), rounding=ROUND_HALF_UP, context=_WIDE)
+        # A whole number as a JSON integer while it is exact in any JSON reader (2**53); a larger
+        # one (an extreme imported rate) as a float: orjson refuses integers past 64 bits.
+        table[code] = int(value) if value == value.to_integral_value() and abs(value) < 2**53 else float(value)
     return table
 

@@ -34,7 +34,7 @@ from largesse.forex import conversion
 from largesse.funding import service as funding
 from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
-from largesse.money import MoneyError, amount_in, decimals_for, percent_of, to_cents
+from largesse.money import MAX_CENTS, MoneyError, amount_in, decimals_for, percent_of, to_cents
 from largesse.ops import metrics
 from largesse.orders import approvals, pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
@@ -417,6 +417,9 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         charged = None
         if fx is not None and not problem:  # amounts in the balance's currency; the reward keeps its own
             charged, converted = fx.charge(cents + fee), fx.charge(cents)
+            if charged > MAX_CENTS:  # an extreme configured rate: no such amount can be paid (nor stored)
+                errors.add(loc + ("value", "denomination"), f"is more than any balance holds once converted to "
+                                                            f"{fx.target}; nothing was charged")
             fx_subtotal, fx_fees = fx_subtotal + cents, fx_fees + fee
             costs.append((converted, charged - converted))
         else:
