@@ -7,18 +7,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    """A loopback HTTP server that records POSTs; answers `status` (a list consumed in order)."""
+    """A loopback HTTP server that records POSTs; answers `status` (a list consumed in order).
+    `on_request(path)`, when set, runs before each answer (while the sender waits for it)."""
 
     def __init__(self, statuses=(), default: int = 200):
         self.requests: list[tuple[dict, bytes]] = []
+        self.paths: list[str] = []
         self.statuses = list(statuses)
         self.default = default
+        self.on_request = None
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                receiver.paths.append(self.path)
+                if receiver.on_request is not None:
+                    receiver.on_request(self.path)
                 self.send_response(receiver.statuses.pop(0) if receiver.statuses else receiver.default)
                 self.end_headers()
 

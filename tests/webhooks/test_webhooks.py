@@ -5,6 +5,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 
 import pytest
 from tremendous import CreateWebhookRequest, SimulateWebhookRequest
@@ -61,6 +62,35 @@ def test_simulate_with_a_bad_body_is_422(http, receiver, body):
     error(sent, 422)
     assert ok(http.get(f"/webhooks/{hook['id']}/deliveries"))["total_count"] == 0
     assert http.delete(f"/webhooks/{hook['id']}").status_code == 204
+
+
+def test_an_event_in_flight_when_its_webhook_is_deleted_is_not_retried_at_the_next_one(api, receiver, engine, fast):
+    """The event's attempt is under way (the receiver has not answered) when its webhook is
+    deleted and another created; the attempt then fails. Its retry must not reach the new
+    webhook: the event happened before that webhook existed."""
+    settings = fast()
+    settle(engine, settings)
+    old = api.create_webhook(CreateWebhookRequest(url=receiver.url + "/old")).webhook
+    replaced = []
+
+    def replace_while_answering(path: str) -> None:
+        if path.endswith("/old") and not replaced:
+            api.delete_webhook(old.id)
+            replaced.append(api.create_webhook(CreateWebhookRequest(url=receiver.url + "/new")).webhook)
+
+    receiver.on_request = replace_while_answering
+    receiver.statuses = [500]  # the in-flight attempt fails: the job is due again
+    api.simulate_webhook(old.id, SimulateWebhookRequest(event="ORDERS.FAILED"))
+    wait_for(lambda: replaced, settings=settings, engine=engine)
+    for _ in range(3):  # past its retry delay: the quick settings' retries are due within a second
+        settle(engine, settings)
+        time.sleep(0.5)
+    api.simulate_webhook(replaced[0].id, SimulateWebhookRequest(event="ORDERS.CANCELED"))
+    wait_for(lambda: receiver.events("ORDERS.CANCELED"), settings=settings, engine=engine)
+    settle(engine, settings)
+    assert [(path.rsplit("/", 1)[1], json.loads(body)["event"]) for path, (_, body)
+            in zip(receiver.paths, receiver.requests, strict=True)] == [("old", "ORDERS.FAILED"),
+                                                                       ("new", "ORDERS.CANCELED")]
 
 
 def test_webhook_url_must_be_http(http):

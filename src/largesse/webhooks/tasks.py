@@ -36,12 +36,14 @@ def deliver_webhook(ctx, job) -> str:
     """POST the event to the organization's current webhook URL; 2xx finishes the job.
 
     The webhook is read at delivery time, so a replaced URL receives queued events and a
-    deleted webhook drops them. The body is the one stored at emit time (same uuid on every
-    attempt, so receivers can dedupe).
+    deleted webhook drops them: its queued events are dropped with it (service.remove), and an
+    event that a worker was attempting meanwhile is not retried at a webhook created after it
+    happened (another URL, another key). The body is the one stored at emit time (same uuid on
+    every attempt, so receivers can dedupe).
     """
     with db.read(ctx.engine) as conn:
         hook = service.for_org(conn, job.organization_id) if job.organization_id else None
-    if hook is None or not job.payload:
+    if hook is None or not job.payload or hook.created_at > job.created_at:
         with db.write(ctx.engine) as conn:
             job_queue.mark_done(conn, job, ctx.worker_id, note="no webhook")
         return "skipped"
