@@ -44,11 +44,15 @@ KEYWORD_PARAMS = frozenset({"funding_source_id"})  # an ID or "balance" (any cas
 TEMPLATE_PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 
 
+def _holds(value: str, categories: tuple[str, ...]) -> bool:
+    if value.isascii():  # ASCII's unprintable characters are all control characters (Cc)
+        return not value.isprintable()
+    return any(c == "\ufffd" or unicodedata.category(c) in categories for c in value)
+
+
 def unprintable(value: str) -> bool:
     """Whether value holds control/format characters or undecodable bytes (U+FFFD)."""
-    if value.isascii():
-        return not value.isprintable()
-    return any(c == "\ufffd" or unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in value)
+    return _holds(value, ("Cc", "Cf", "Cs"))
 
 
 def undecodable_or_control(value: str) -> bool:
@@ -56,9 +60,7 @@ def undecodable_or_control(value: str) -> bool:
     not UTF-8): what no path parameter may hold. Free-text parameters (FREE_TEXT_PARAMS: an
     external_id) may hold format characters (Cf: a zero-width joiner inside an emoji, a bidi
     mark), which unprintable refuses in every other parameter."""
-    if value.isascii():
-        return not value.isprintable()
-    return any(c == "\ufffd" or unicodedata.category(c) in ("Cc", "Cs") for c in value)
+    return _holds(value, ("Cc", "Cs"))
 
 
 def printable(value: str, max_length: int = MAX_LENGTH) -> str:

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, bindparam, select, update
 from largesse import db
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
-from largesse.errors import Forbidden, NotFound, Unprocessable
+from largesse.errors import Forbidden, Unprocessable
 from largesse.funding import service as funding
 from largesse.orders import repository
 from largesse.orders.models import PENDING_APPROVAL, orders, rewards
@@ -104,10 +104,7 @@ def list_pending(conn: Connection, org: str, *, limit: int = 100):
 
 
 def _pending_order(conn: Connection, org: str, order_id: str, *, via_api: bool, verb: str):
-    order = repository.get_order(conn, org, order_id)
-    if order is None:
-        raise NotFound(f"Order {order_id} not found" if order_id.isprintable() else "Order not found",
-                       {"id": ["not found"]})
+    order = repository.order_or_404(conn, org, order_id)
     if via_api:
         allowed = conn.execute(select(organizations.c.approval_api_allowed)
                                .where(organizations.c.id == org)).scalar_one()

@@ -103,10 +103,7 @@ async def get_order(order_id: str, caller: CallerDep, engine: EngineDep):
 
     def load():
         with db.read(engine) as conn:
-            row = repository.get_order(conn, caller.organization_id, order_id)
-            if row is None:
-                raise NotFound(f"Order {order_id} not found" if order_id.isprintable() else "Order not found",
-                               {"id": ["not found"]})
+            row = repository.order_or_404(conn, caller.organization_id, order_id)
             return repository.orders_to_wire(conn, [row])[0]
 
     return json_response({"order": await run_db(engine, db.retrying, load)})

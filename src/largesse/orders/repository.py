@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import aliased
 
 from largesse import db, paging
+from largesse.errors import NotFound
 from largesse.orders.models import PENDING_APPROVAL, orders, reward_field_values, rewards
 from largesse.orders.wire import REWARD_WIRE_COLUMNS, field_value_wire, order_to_wire, reward_to_wire, reward_wire
 from largesse.redemption.models import payouts
@@ -121,6 +122,16 @@ def get_order(conn: Connection, org: str, id_or_external_id: str):
         return None
     # An order's own ID wins over another order's external_id that happens to be equal.
     return next((r for r in rows if r.id == id_or_external_id), rows[0])
+
+
+def order_or_404(conn: Connection, org: str, id_or_external_id: str):
+    """get_order, or 404. An unknown value is named only when printable: an external_id may hold
+    format characters (bidi marks), which no error message echoes."""
+    row = get_order(conn, org, id_or_external_id)
+    if row is None:
+        named = f" {id_or_external_id}" if id_or_external_id.isprintable() else ""
+        raise NotFound(f"Order{named} not found", {"id": ["not found"]})
+    return row
 
 
 def list_orders(conn: Connection, org: str, *, offset: int, limit: int, campaign_id: str | None,
