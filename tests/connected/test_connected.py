@@ -315,6 +315,38 @@ def test_list_total_count_is_exact_near_the_end_and_a_lower_bound_before(api, ht
     assert seen == newest_first
 
 
+def test_a_page_reads_its_organizations_and_members_in_one_statement_each(api, http, engine):
+    """A page of connected organizations (and of their members) costs the same statements for 1
+    row as for 10: each row's organization (member) was read by a statement of its own."""
+    from sqlalchemy import event
+
+    from tests.factories import ok
+
+    if not db.is_sqlite(engine):  # PostgreSQL's requests run on the engine's asyncio twin
+        pytest.skip("statements are counted on the shared engine, which SQLite's requests use")
+    connected = [_connected(api, client_id=f"n1-{n}", name=f"Customer {n}").id for n in range(10)]
+    for n in range(10):
+        _member(api, connected[0], email=f"m{n}@customer.example.com", name=f"M{n}")
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args):
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        def cost(path: str, **params) -> int:
+            statements.clear()
+            ok(http.get(path, params=params))
+            return len(statements)
+
+        assert cost("/connected_organizations", limit=1) == cost("/connected_organizations", limit=10)
+        members = {"connected_organization_id": connected[0]}
+        assert cost("/connected_organization_members", limit=1, **members) == \
+            cost("/connected_organization_members", limit=10, **members)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+
 @pytest.mark.parametrize("return_url", ["https://[::1", "https://platform.example.com:99999/back",
                                         "https://platform.example.com:0/back"])
 def test_a_return_url_that_urlsplit_refuses_is_400_not_500(api, return_url):

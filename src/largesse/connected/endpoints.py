@@ -104,7 +104,7 @@ async def list_connected_organizations(request: Request, caller: CallerDep, engi
 
     def page(conn):
         rows, total = service.list_connected_orgs(conn, caller.organization_id, offset=offset, limit=limit)
-        return [service.connected_org_to_wire(conn, r) for r in rows], total
+        return service.connected_orgs_to_wire(conn, rows), total
 
     items, total = await read_db(engine, page)
     return json_response({"connected_organizations": items, "total_count": total})
@@ -158,7 +158,7 @@ async def list_connected_organization_members(request: Request, caller: CallerDe
     def page(conn):
         rows, total = service.list_connected_members(conn, caller.organization_id, connected_id,
                                                      offset=offset, limit=limit)
-        return [service.connected_member_to_wire(conn, r) for r in rows], total
+        return service.connected_members_to_wire(conn, rows), total
 
     items, total = await read_db(engine, page)
     return json_response({"connected_organization_members": items, "total_count": total})
