@@ -42,9 +42,10 @@ browser:
 
 # The suite runs in TEST_PROCS pytest-xdist processes (each with its own databases, servers and
 # browser): most of a test's time is waiting on processes, leases and the browser, not CPU.
-# 2 took 5.9 min on an idle machine, 3 took 5.4 (19 min in one process); 2 loads a shared
-# machine less. TEST_PROCS=0 runs it in this process.
-TEST_PROCS ?= 2
+# On an idle machine 2 took 5.9 min, 3 took 5.4 (19 min in one process); on a VM half as fast,
+# 2 took 17.7 min and 3 15.7 (docs/benchmarks.md, fifteenth pass). TEST_PROCS=0 runs it in
+# this process.
+TEST_PROCS ?= 3
 
 test: $(STAMP) $(NODE_STAMP) browser
 	$(BIN)/ruff check src tests bench simulation
