@@ -1,7 +1,8 @@
 """Crash recovery: a SIGKILLed `largesse worker` or `largesse serve` holds emails stuck at a
 stalled SMTP relay; after a restart (default lease, 10 s) every one of them leaves PENDING
-within 15 s, each sent once. And the heartbeat: a job that runs longer than its lease keeps it
-while another worker polls the same queue, so it never runs twice."""
+within 5 s of the lease running out or of the new process being up, whichever comes last, each
+sent once. And the heartbeat: a job that runs longer than its lease keeps it while another
+worker polls the same queue, so it never runs twice."""
 
 from __future__ import annotations
 
@@ -92,7 +93,12 @@ def test_killed_process_jobs_leave_pending_within_15_s_of_the_restart(kind, org,
         done = time.monotonic()
         print(f"\nRECOVERY {kind} {backend}: {HELD} rewards left PENDING {done - restarted:.1f} s after the restart "
               f"(process up in {up:.1f} s), {done - killed:.1f} s after the kill")
-        assert done - restarted <= 15, f"{done - restarted:.1f} s after the restart"
+        # What recovery waits for is the lease (10 s, renewed until the kill) and the new process
+        # being up; starting a process on a loaded test machine took from 1 to over 5 s, which is
+        # not recovery's to answer for. From whichever comes last, every job goes within 5 s; on
+        # an idle machine that is the 15 s after the restart of docs/delivery.md.
+        due = max(restarted + up, killed + 10)
+        assert done - due <= 5, f"{done - restarted:.1f} s after the restart, {done - due:.1f} s after the lease"
         assert set(delivery_statuses(engine, ids).values()) == {"SUCCEEDED"}
         assert [len(good.handler.to(a)) for a in addresses] == [1] * HELD  # each sent once
         assert not any(stuck.handler.to(a) for a in addresses)  # the stuck relay never accepted one
