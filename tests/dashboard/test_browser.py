@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.dashboard.conftest import deliver_mail, signin_links
-from tests.factories import place
+from tests.factories import ok, place
 from tests.redemption.conftest import fake_ip
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,6 +196,14 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     page.get_by_role("button", name=f"Revoke key {key[:16]}").click()
     page.get_by_text("API key revoked").wait_for()
     check(page, "developers")
+    # With a webhook, the page also holds its signing key, the test-event form (whose list
+    # names the longest events) and its deliveries: still no sideways scroll on a phone.
+    page.get_by_label("Webhook URL").fill("http://127.0.0.1:9/hook")  # loopback, nobody listens
+    page.get_by_role("button", name="Save webhook URL").click()
+    page.get_by_role("button", name="Send a test event").wait_for()
+    check(page, "developers-webhook")
+    [hook] = ok(http.get("/webhooks"))["webhooks"]
+    assert http.delete(f"/webhooks/{hook['id']}").status_code == 204
     import httpx
 
     assert httpx.get(f"{base}/api/v2/orders", headers={"Authorization": f"Bearer {key}"}).status_code == 401

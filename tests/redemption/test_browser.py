@@ -38,6 +38,31 @@ def test_journey_in_the_browser(org, browser_page):
     assert problems == []
 
 
+def test_a_long_name_and_url_wrap_on_a_small_phone(org, browser):
+    """A recipient name of one long word and a message with a long URL wrap: the page never
+    scrolls sideways at 360 px, and a tap (mobile emulation) confirms the choice."""
+    from tests.redemption.conftest import fake_ip
+
+    name = "Alexandria Wolfeschlegelsteinhausenbergerdorff"
+    url = "https://intranet.example.com/people/recognition-programme/2026-q4-winners-and-their-teams"
+    _, link = link_reward(org, products=(GIFT_CARD, COFFEE, CHARITY),
+                          recipient={"name": name, "email": org.member_email},
+                          delivery={"method": "LINK", "meta": {"message": f"Details: {url}"}})
+    context = browser.new_context(viewport={"width": 360, "height": 740}, is_mobile=True, has_touch=True,
+                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
+    try:
+        page = context.new_page()
+        page.goto(link)
+        assert page.get_by_text(url).is_visible() and page.get_by_text(name).is_visible()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 360
+        page.get_by_role("radio", name="Harbor Coffee Co.").tap()
+        page.get_by_role("button", name="Confirm my choice").tap()
+        page.wait_for_selector("#code-value")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 360
+    finally:
+        context.close()
+
+
 def test_keyboard_only_selection(org, browser_page):
     page = browser_page
     _, link = link_reward(org, products=(GIFT_CARD, COFFEE))
