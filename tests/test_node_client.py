@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from largesse import auth, db
 from largesse.orders import approvals
 from tests.conftest import GIFT_CARD_USD, failing
-from tests.factories import ok, order_body
+from tests.factories import ok, order_body, place
 from tests.fraud.conftest import link_reward, redeem
 from tests.redemption.conftest import fake_ip
 
@@ -59,6 +60,18 @@ def test_approvals_through_the_node_client(org, engine):
     report = _run(org, approvals=True)
     assert report["problems"] == [], "\n".join(report["problems"])
     assert {"name": "approveOrder(rejected)", "status": 422} in report["calls"]
+
+
+def test_the_node_client_gets_iso_8601_from_a_default_server(org, make_server):
+    """LARGESSE_REWARD_LIST_TIMESTAMPS=auto (the default; the test servers say iso8601): the
+    Node client, as the Python one, gets ISO 8601 in GET /rewards."""
+    server = make_server(reward_list_timestamps="auto")
+    moved = replace(org, base_url=server.url)
+    with moved.http() as http:
+        place(http, org.member_email)
+    report = _run(moved, list_rewards=True)
+    assert report["problems"] == [], "\n".join(report["problems"])
+    assert report["calls"] == [{"name": "listRewards", "status": 200}]
 
 
 def test_link_reward_without_email_has_no_email_key(org, http, api):

@@ -44,8 +44,22 @@ function rewardBody(extra) {
   };
 }
 
+async function listRewards() {
+  const listed = await call("listRewards", "ListRewards200Response", rewards.listRewards());
+  // The client sends "Tremendous Node v…": like the Python client it gets ISO 8601 (on a server
+  // with LARGESSE_REWARD_LIST_TIMESTAMPS=auto too), the form every JavaScript engine's Date
+  // parses; the specification's "… UTC" form only V8's lenient Date reads.
+  for (const reward of listed.rewards) {
+    if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/.test(reward.created_at)) {
+      problems.push(`listRewards created_at ${reward.created_at} is not ISO 8601`);
+    }
+  }
+  if (listed.rewards.length === 0) problems.push("listRewards listed nothing");
+}
+
 async function main() {
   if (args.approvals) return approvalsFlow();
+  if (args.list_rewards) return listRewards();
   const deliverAt = new Date(Date.now() + 3 * 24 * 3600 * 1000).toISOString();
   const emailOrder = await call("createOrder(EMAIL, deliver_at toISOString)", "CreateOrder200Response",
     orders.createOrder(rewardBody({ deliver_at: deliverAt })));
@@ -60,7 +74,7 @@ async function main() {
   await call("getOrder", "GetOrder200Response", orders.getOrder(linkOrder.order.id));
   await call("listOrders", "ListOrders200Response", orders.listOrders());
   await call("getReward(LINK)", "GetReward200Response", rewards.getReward(linkReward));
-  await call("listRewards", "ListRewards200Response", rewards.listRewards());
+  await listRewards();
   await call("generateRewardLink", "GenerateRewardLink200Response", rewards.generateRewardLink(linkReward));
   // cancelReward returns an untyped object: only its success matters here. Only a reward whose
   // delivery failed can be canceled (API.md §2.5): the test made one (args.failed_order).

@@ -156,9 +156,10 @@ async def list_rewards(request: Request):
     return json_response({"rewards": wire, "total_count": total})
 
 
-# The official Python client (and other clients generated from Tremendous' OpenAPI document)
-# parse date-times strictly and refuse the specification's "2024-01-01 12:00:00 UTC".
-_STRICT_DATE_CLIENTS = re.compile(r"(?i)^(tremendous python|openapi-generator/)")
+# The official clients (Python, which parses date-times strictly and refuses the
+# specification's "2024-01-01 12:00:00 UTC"; Node, whose date-time strings only V8's lenient
+# Date reads in that form) and other clients generated from Tremendous' OpenAPI document.
+_STRICT_DATE_CLIENTS = re.compile(r"(?i)^(tremendous (python|node)|openapi-generator/)")
 
 
 def _list_timestamps(setting: str, user_agent: str) -> str:
