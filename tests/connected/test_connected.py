@@ -124,6 +124,10 @@ def test_connected_members_and_sessions(org, api, other_org):
     assert api.list_connected_organization_members(connected.id).total_count == 1
     with org.http() as http:
         assert "connected_organization_id" in error(http.get("/connected_organization_members"), 400)["payload"]
+        # An unknown one is 404 at the query parameter that named it (API.md §4: the payload
+        # mirrors the request).
+        unknown = http.get("/connected_organization_members", params={"connected_organization_id": "ZZZZZZZZZZZZZZ"})
+        assert error(unknown, 404)["payload"] == {"connected_organization_id": ["not found"]}
 
 
 def test_member_of_an_unknown_connected_organization_is_400_at_its_property(api, other_org):
@@ -335,9 +339,14 @@ def test_a_page_reads_its_organizations_and_members_in_one_statement_each(api, h
     event.listen(engine, "before_cursor_execute", count)
     try:
         def cost(path: str, **params) -> int:
-            statements.clear()
-            ok(http.get(path, params=params))
-            return len(statements)
+            """The fewest statements of three requests: a request may also pay for what is
+            cached across requests (its API key) or run beside housekeeping."""
+            counts = []
+            for _ in range(3):
+                statements.clear()
+                ok(http.get(path, params=params))
+                counts.append(len(statements))
+            return min(counts)
 
         assert cost("/connected_organizations", limit=1) == cost("/connected_organizations", limit=10)
         members = {"connected_organization_id": connected[0]}

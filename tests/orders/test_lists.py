@@ -89,6 +89,11 @@ def test_orders_campaign_filter(org, api, http):
     listed = api.list_orders(campaign_id=campaign["id"])
     assert listed.total_count == 1 and listed.orders[0].id == with_campaign["id"]
     assert api.list_orders(campaign_id="NOSUCHCAMPAIGN").total_count == 0
+    # An empty filter is as if absent (docs/api.md): the client sends `?campaign_id=&external_id=`.
+    everything = api.list_orders().total_count
+    assert everything >= 2
+    assert api.list_orders(campaign_id="", external_id="").total_count == everything
+    assert ok(http.get("/orders?external_id="))["total_count"] == everything
 
 
 @pytest.mark.parametrize("path", ["/orders", "/rewards"])

@@ -99,10 +99,12 @@ def _live(platform_id: str):
     return select(_CO).where(_CO.c.platform_organization_id == platform_id, _CO.c.deleted_at.is_(None))
 
 
-def get_connected_org(conn: Connection, platform_id: str, connected_id: str):
+def get_connected_org(conn: Connection, platform_id: str, connected_id: str, *, field: str = "id"):
+    """The platform's live connected organization, or 404 naming `field`, the request's key
+    that held the ID (the path's `id`, or a query parameter)."""
     row = conn.execute(_live(platform_id).where(_CO.c.id == connected_id)).first()
     if row is None:
-        raise NotFound(f"Connected organization {connected_id} not found", {"id": ["not found"]})
+        raise NotFound(f"Connected organization {connected_id} not found", {field: ["not found"]})
     return row
 
 
@@ -189,7 +191,7 @@ def get_connected_member(conn: Connection, platform_id: str, cm_id: str):
 
 
 def list_connected_members(conn: Connection, platform_id: str, connected_id: str, *, offset: int, limit: int):
-    get_connected_org(conn, platform_id, connected_id)
+    get_connected_org(conn, platform_id, connected_id, field="connected_organization_id")
     base = _live_members(platform_id).where(_CM.c.connected_organization_id == connected_id)
     total = conn.execute(select(func.count()).select_from(base.subquery())).scalar_one()
     rows = conn.execute(base.order_by(_CM.c.created_at.desc(), _CM.c.id.desc()).offset(offset).limit(limit)).all()

@@ -76,8 +76,9 @@ async def list_orders(request: Request, caller: CallerDep, engine: EngineDep):
     """Orders, newest first. Query: offset, limit (default 10, max 500), campaign_id, external_id,
     created_at[gte], created_at[lte]."""
     offset, limit = ORDERS_PAGING.read(request)
-    campaign_id = request.query_params.get("campaign_id")
-    external_id = request.query_params.get("external_id")
+    # Empty is as if absent, as for every query parameter (docs/api.md).
+    campaign_id = request.query_params.get("campaign_id") or None
+    external_id = request.query_params.get("external_id") or None
     for name, value in (("campaign_id", campaign_id), ("external_id", external_id)):
         if value is not None:
             clean_text(value, name, max_length=200)
