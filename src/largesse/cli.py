@@ -297,7 +297,8 @@ def org_fees(org: OrgOption,
              percent_bp: Annotated[int | None, typer.Option(
                  "--basis-points", help="Fee in 1/100 % of each reward: 0-10000 (250 = 2.50 %)")] = None,
              flat: Annotated[str | None, typer.Option(
-                 "--flat", help="Flat fee per reward, e.g. 0.50 (0: none; at most 100000.00)")] = None,
+                 "--flat", help="Flat fee per reward in the organization's currency, e.g. 0.50 (0: none; at most "
+                              "100000.00); a reward in another currency pays it converted")] = None,
              as_json: JsonFlag = False):
     """Show an organization's fees, or set them: each option given changes that fee, the other
     is kept (default: no fees)."""

@@ -66,13 +66,64 @@ def test_fees_convert_with_the_denomination_rounded_half_up(org, http, cli):
     before = available_cents(http)
     order = ok(http.post("/orders", json=_eur_body(org.member_email, denomination=33.33)))["order"]
     rate = _rate(DEFAULT_EUR_PER_USD, Decimal(1))
-    fee = (3333 * 250 + 5000) // 10000 + 50
+    # The flat fee is in the organization's currency: 0.50 USD is 0.46 EUR (46.075 cents, half up).
+    flat = _charge(50, _rate(Decimal(1), DEFAULT_EUR_PER_USD))
+    assert flat == 46
+    fee = (3333 * 250 + 5000) // 10000 + flat
     total, subtotal = _charge(3333 + fee, rate), _charge(3333, rate)
     assert order["payment"]["total"] == total / 100 and order["payment"]["subtotal"] == subtotal / 100
     assert round(order["payment"]["fees"] * 100) == total - subtotal
     assert order["payment"]["conversion"]["fees"] == fee / 100
     assert available_cents(http) == before - total
     assert ledger_problems(cli, org.id) == []
+
+
+def test_a_yen_organizations_flat_fee_is_in_yen_whatever_the_rewards_currency(engine, server, cli):
+    """`org fees --flat 10` on a JPY organization is 10 yen per reward: a USD reward pays it
+    converted (0.06 USD), not 10 USD (1,546 yen, as before the fix). A USD organization's EUR
+    balance pays its flat fee converted to EUR too."""
+    from tests.yen_kit import yen_org
+
+    yen = yen_org(engine, server.url)
+    cli("org", "fees", "--org", yen.id, "--flat", "10")
+    with yen.http() as http:
+        before = available_cents(http)
+        body = order_body(yen.member_email, denomination=25, products=[TRAVEL_MULTI])
+        body["reward"]["value"]["currency_code"] = "USD"
+        order = ok(http.post("/orders", json=body))["order"]
+        jpy_per_usd = _rate(Decimal(1), Decimal(ok(http.get("/forex"))["forex"]["JPY"]).quantize(Decimal("1e-8")))
+        usd_flat = _charge(1000, _rate(jpy_per_usd, Decimal(1)))  # 10 yen in US cents, half up
+        assert usd_flat == 6
+        assert order["payment"]["conversion"]["fees"] == usd_flat / 100
+        total = _charge(2500 + usd_flat, jpy_per_usd / 100) * 100  # whole yen, half up
+        assert order["payment"]["currency_code"] == "JPY" and order["payment"]["total"] == total / 100
+        assert 0 < order["payment"]["fees"] <= 10
+        assert available_cents(http) == before - total
+    assert ledger_problems(cli, yen.id) == []
+
+
+def test_a_eur_balance_pays_the_flat_fee_converted(org, http, cli):
+    cli("org", "fees", "--org", org.id, "--flat", "0.50")
+    cli("balance", "fund", "--org", org.id, "--amount", "100", "--memo", "EUR wire", "--currency", "EUR")
+    order = ok(http.post("/orders", json=_eur_body(org.member_email, denomination=30)))["order"]
+    assert order["payment"]["currency_code"] == "EUR" and "conversion" not in order["payment"]
+    assert order["payment"]["fees"] == 0.46 and order["payment"]["total"] == 30.46
+    assert ledger_problems(cli, org.id) == []
+
+
+def test_a_flat_fee_without_a_rate_to_the_rewards_currency_is_400(org, http, cli, tmp_path, default_rates):
+    cli("org", "fees", "--org", org.id, "--flat", "0.50")
+    cli("balance", "fund", "--org", org.id, "--amount", "100", "--memo", "EUR wire", "--currency", "EUR")
+    path = tmp_path / "rates.csv"
+    path.write_text("currency_code,rate,date\nUSD,1,2026-11-20\nGBP,0.79,2026-11-20\n")
+    cli("forex", "import", str(path))
+    before = _sources(http)["EUR"]["meta"]["available_cents"]
+    errors = error(http.post("/orders", json=_eur_body(org.member_email, denomination=30)), 400)
+    assert "flat fee" in errors["message"] and "currency_code" in errors["payload"]["reward"]["value"]
+    assert _sources(http)["EUR"]["meta"]["available_cents"] == before
+    cli("org", "fees", "--org", org.id, "--flat", "0")  # no flat fee: nothing to convert
+    order = ok(http.post("/orders", json=_eur_body(org.member_email, denomination=30)))["order"]
+    assert order["payment"]["total"] == 30
 
 
 def test_canceling_a_converted_reward_refunds_what_was_charged(org, api, http, cli, deliver):

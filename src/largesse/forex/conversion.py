@@ -10,6 +10,11 @@ fee, and the result is rounded half up to the balance currency's minor unit; the
 is the sum of those charges. Its subtotal is the sum of the rounded denominations, its fees
 the rest. One order converts from one currency: its rewards then all share that currency.
 
+The organization's flat fee per reward is in its own currency (`largesse org fees --flat`); a
+reward in another currency pays it converted to that currency at the day's cross rate, rounded
+half up to its minor unit (FlatFee), and the reward's fee is then converted with its value as
+above.
+
 The common case (rewards in the balance's currency) costs nothing here: no query at all.
 """
 
@@ -80,3 +85,26 @@ class Converter:
 
     def charge(self, cents: int) -> int:
         return forex.convert_cents(cents, self.rate, self.target)
+
+
+@dataclass
+class FlatFee:
+    """The organization's flat fee per reward (`cents`, in its `currency`) in a reward's
+    currency. No query unless a reward is in another currency and the fee is not zero; rates are
+    read once per order."""
+
+    conn: Connection
+    cents: int
+    currency: str
+    _converted: dict = field(default_factory=dict)
+    _rates: dict = field(default_factory=dict)
+
+    def in_currency(self, currency: str) -> int | None:
+        """The fee in `currency`'s hundredths, or None when no rate converts it."""
+        if not self.cents or currency == self.currency:
+            return self.cents
+        if currency not in self._converted:
+            self._rates = self._rates or forex.current(self.conn)
+            found = forex.cross_rate(self._rates, self.currency, currency)
+            self._converted[currency] = None if found is None else forex.convert_cents(self.cents, found[0], currency)
+        return self._converted[currency]

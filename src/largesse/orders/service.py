@@ -340,6 +340,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
     # Rewards in another currency than the balance's convert (forex/conversion.py); None: none do.
     fx = conversion.Converter(conn, currency) if named_currencies - {currency} else None
     fx_subtotal = fx_fees = 0
+    flat_fee = conversion.FlatFee(conn, caller.fee_flat_cents, caller.currency_code)
 
     campaign_ids = {r.campaign_id for _, r in reward_inputs if r.campaign_id}
     campaigns = campaigns_service.get_many(conn, org, campaign_ids)
@@ -413,7 +414,14 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
 
         reward_id = next(reward_ids)
         values = _field_values(errors, loc, r, org_fields)
-        fee = percent_of(cents, caller.fee_basis_points) + caller.fee_flat_cents
+        flat = flat_fee.in_currency(reward_currency)
+        if flat is None:
+            flat = 0
+            if not problem:
+                errors.add(loc + ("value", "currency_code"),
+                           f"no exchange rate from {caller.currency_code} (the currency of your flat fee per "
+                           f"reward) to {reward_currency} is configured; nothing was charged")
+        fee = percent_of(cents, caller.fee_basis_points) + flat
         charged = None
         if fx is not None and not problem:  # amounts in the balance's currency; the reward keeps its own
             charged, converted = fx.charge(cents + fee), fx.charge(cents)
