@@ -107,10 +107,13 @@ def test_balance_fund_and_show(org, http, cli):
     assert available_cents(http) == 525050
     text = cli("balance", "fund", "--org", org.id, "--amount", "99999999999.90", "--memo", "large").stdout
     assert "credited 99999999999.90 USD; balance 100000005250.40 USD" in text  # as money is written
+    # The documented most, 100,000,000,000, is allowed (it was refused as too large).
+    text = cli("balance", "fund", "--org", org.id, "--amount", "100000000000", "--memo", "largest").stdout
+    assert "credited 100000000000.00 USD" in text
 
 
 BAD_AMOUNTS = ["1e999999999", "1_000", "1,000", " 5", "5 ", "5.", ".5", "0", "0.00", "NaN", "Infinity", "-5",
-               "+5", "1.001", "100000000000", "0x10", "", "٣"]
+               "+5", "1.001", "100000000000.01", "1000000000000", "0x10", "", "٣"]
 
 
 @pytest.mark.parametrize("amount", BAD_AMOUNTS)

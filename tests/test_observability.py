@@ -225,6 +225,30 @@ def test_metrics(server, org, http, backend):
     assert _samples(text, "largesse_jobs_oldest_due_seconds")[""] >= 0
 
 
+def test_a_client_leaving_mid_body_is_a_400_not_a_500(server, org):
+    """POST /orders whose client closes the connection before its declared body arrived: the
+    request is counted (and logged) as 400, never as an unhandled error and a 500."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(server.url)
+    route = 'method="POST",route="/api/v2/orders",status="{}"'
+    before = _samples(httpx.get(f"{server.url}/metrics").text, "largesse_http_request_duration_seconds_count")
+    with socket.create_connection((url.hostname, url.port)) as sock:
+        sock.sendall(b"POST /api/v2/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + org.api_key.encode()
+                     + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"")
+        time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while True:
+        after = _samples(httpx.get(f"{server.url}/metrics").text, "largesse_http_request_duration_seconds_count")
+        labels = {status: "{" + route.format(status) + "}" for status in ("400", "500")}
+        counted = {status: after.get(key, 0) - before.get(key, 0) for status, key in labels.items()}
+        if counted["400"] or counted["500"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert counted == {"400": 1, "500": 0}
+
+
 def test_readyz_says_when_migrations_are_behind(tmp_path):
     url = f"sqlite:///{tmp_path / 'ready.sqlite3'}"
     engine = db.make_engine(url)

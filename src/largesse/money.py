@@ -20,7 +20,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, PlainSerializer, PlainValidator, ValidationError, ValidationInfo, WithJsonSchema
 
 MAX_CENTS = 10**13  # 100 billion units: far above any reward, far below 64-bit overflow
-MAX_DIGITS_BEFORE_POINT = 11  # 10**11 units == MAX_CENTS; checked before any arithmetic
+# 10**11 units == MAX_CENTS, the largest amount (its leading digit's exponent is 11): larger
+# exponents are refused before any arithmetic, the exact cap once the amount is in cents.
+MAX_LEADING_EXPONENT = 11
 
 # ISO 4217 currencies without minor units; every other currency is written with at most 2
 # decimals (3-decimal currencies such as KWD cannot be stored in hundredths, so they get 2).
@@ -74,7 +76,7 @@ def to_cents(value: int | Decimal | str | float, *, decimals: int = 2) -> int:
         raise MoneyError("must be a finite number")
     # adjusted() is the exponent of the leading digit: known before any arithmetic, so an
     # exponent like 1e999999999 is refused here instead of overflowing the decimal context.
-    if amount and amount.adjusted() >= MAX_DIGITS_BEFORE_POINT:
+    if amount and amount.adjusted() > MAX_LEADING_EXPONENT:
         raise MoneyError("is too large")
     whole = amount.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_DOWN)
     if whole != amount:  # an exact comparison: no context rounding is involved
