@@ -124,6 +124,26 @@ def test_the_upload_takes_one_file_within_its_size(member_client, error_logs):
     assert not error_logs, [r.getMessage() for r in error_logs]
 
 
+def test_a_value_too_long_or_with_a_nul_is_refused_never_cut(admin, http, org, error_logs):
+    """The form takes what was sent or refuses it: a 5,001-character message or a 201-character
+    name was cut to 5,000 and 200 characters and sent; a NUL in a webhook URL was dropped, which
+    saved another URL than the one typed (the API refuses both)."""
+    before = ok(http.get("/orders"))["total_count"]
+    base = {"name": "Recipient", "email": org.member_email, "amount": "25", "products": GIFT_CARD_USD}
+    refused_page(post(admin, "/dashboard/send", "/dashboard/send", {**base, "message": "m" * 5001}),
+                 400, "The field message is longer than 5000 characters.")
+    refused_page(post(admin, "/dashboard/send", "/dashboard/send", {**base, "name": "n" * 201}),
+                 400, "The field name is longer than 200 characters.")
+    assert ok(http.get("/orders"))["total_count"] == before
+    # At the limits, the values go through whole.
+    summary = post(admin, "/dashboard/send", "/dashboard/send", {**base, "message": "m" * 5000, "name": "n" * 200})
+    assert summary.status_code == 200 and "Check and send" in summary.text, text_of(summary.text)
+    refused_page(post(admin, "/dashboard/developers", "/dashboard/developers/webhook",
+                      {"url": "http://127.0.0.1:9/ho\x00ok"}), 400, "The field url holds a NUL character")
+    assert ok(http.get("/webhooks"))["webhooks"] == []
+    assert not error_logs, [r.getMessage() for r in error_logs]
+
+
 def test_a_form_is_not_parsed_without_its_cookies(server, error_logs):
     """No CSRF cookie: the 403 page whatever the form says (it is not read); no session on a
     page that needs one: the sign-in redirect."""

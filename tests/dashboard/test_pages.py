@@ -584,6 +584,19 @@ def test_member_of_other_org_sees_only_their_org(engine, server, org, other_org,
     client.close()
 
 
+def test_csv_line_endings_and_a_repeated_column(admin, org):
+    """Old Mac line endings (CR only) read as rows (they were "The file is empty."); a column
+    named twice is refused (the last one was used, silently)."""
+    email = org.member_email
+    for ending in ("\r", "\r\n", "\n"):
+        response = upload(admin, ending.join(["name,email,amount", f"Ada,{email},20", ""]))
+        assert response.status_code == 303, text_of(response.text)
+        assert f"2 Ada {email} 20.00 USD OK" in text_of(admin.get(response.headers["location"]).text), repr(ending)
+    repeated = upload(admin, f"name,Name,email,amount\nA,B,{email},10\n")
+    text = text_of(admin.get(repeated.headers["location"]).text if repeated.status_code == 303 else repeated.text)
+    assert "The header row names name more than once" in text and "Place order" not in text
+
+
 def test_bad_bytes_get_an_answer_not_an_error(admin, server):
     from tests.dashboard.conftest import page_client
 
@@ -597,5 +610,5 @@ def test_bad_bytes_get_an_answer_not_an_error(admin, server):
         form = client.get("/dashboard/signin")
         response = client.post("/dashboard/signin",
                                data={"csrf_token": csrf_of(form.text), "email": "a\x00b@example.com"})
-        assert response.status_code == 200
+        assert response.status_code == 400 and "holds a NUL character" in text_of(response.text)
     assert admin.get("/dashboard/rewards", params={"field": "x\x00", "value": "y\x00"}).status_code == 200

@@ -188,12 +188,19 @@ def read_csv(content: bytes, fields: list) -> Sheet:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError:
         return Sheet([], ["The file is not UTF-8 text. Save it as CSV (UTF-8) and upload it again."], [])
-    reader = csv.reader(io.StringIO(text))
+    # newline="": the csv module reads every line ending itself (\n, \r\n, and the old Mac \r).
+    reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = [h.strip() for h in next(reader)]
-    except (StopIteration, csv.Error):
+    except StopIteration:
         return Sheet([], ["The file is empty."], [])
+    except csv.Error as exc:
+        return Sheet([], [f"The file is not valid CSV: {exc}."], [])
     lower = [h.lower() for h in header]
+    repeated = sorted({h for h in lower if h and lower.count(h) > 1})
+    if repeated:  # which of the columns holds the value? Refused, never guessed
+        return Sheet([], [f"The header row names {', '.join(repeated)} more than once; keep one column of each."],
+                     [])
     missing = [c for c in REQUIRED_COLUMNS if c not in lower]
     if missing:
         return Sheet([], [f"The header row must name the columns {', '.join(REQUIRED_COLUMNS)}; "

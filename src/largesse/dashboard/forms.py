@@ -83,11 +83,28 @@ class Form:
     files: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # name -> (filename, content)
 
     def get(self, name: str, default: str = "", max_length: int = 1000) -> str:
+        """The field, without surrounding spaces. A value longer than max_length or holding a
+        NUL character is refused (FormRefused 400, the message page), never cut or altered:
+        what was sent is either taken as it is or not at all, as the API does."""
         items = self.values.get(name)
-        return clean(items[0])[:max_length] if items else default
+        return _checked(name, items[0], max_length) if items else default
 
     def getlist(self, name: str, max_length: int = 1000) -> list[str]:
-        return [clean(v)[:max_length] for v in self.values.get(name, []) if clean(v)]
+        return [v for v in (_checked(name, raw, max_length) for raw in self.values.get(name, [])) if v]
+
+    def raw(self, name: str, max_length: int) -> str:
+        """A field read leniently (cleaned and cut): the CSRF token, whose mismatch is its own answer."""
+        items = self.values.get(name)
+        return clean(items[0])[:max_length] if items else ""
+
+
+def _checked(name: str, value: str, max_length: int) -> str:
+    if "\x00" in value:
+        raise forms_limits.FormRefused(400, f"The field {name} holds a NUL character, which no text can hold.")
+    value = value.strip()
+    if len(value) > max_length:
+        raise forms_limits.FormRefused(400, f"The field {name} is longer than {max_length} characters.")
+    return value
 
 
 def clean(value: str) -> str:
@@ -123,4 +140,4 @@ def csrf_value(key: bytes, session_hash: str | None, nonce: str) -> str:
 
 
 def csrf_ok(key: bytes, session_hash: str | None, nonce: str | None, form: Form) -> bool:
-    return security.csrf_ok(key, binding(session_hash), nonce, form.get(CSRF_FIELD, max_length=200) or None)
+    return security.csrf_ok(key, binding(session_hash), nonce, form.raw(CSRF_FIELD, max_length=200) or None)

@@ -229,6 +229,9 @@ def _run(handler, request: Request, body: bytes | forms_limits.FormRefused | Non
             if not forms.csrf_ok(ctx.csrf_key, ctx.viewer.session_hash if ctx.viewer else None, nonce, ctx.form):
                 return _expired(ctx)
         return handler(ctx, **kwargs)
+    except forms_limits.FormRefused as exc:  # a field the handler read: too long, or a NUL character
+        return ctx.message(exc.status, REFUSED_TITLES.get(exc.status, REFUSED_TITLES[400]),
+                           f"{exc.text} Go back, correct it and send it again.")
     except access.SignInRequired:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return ctx.redirect(f"{PREFIX}/signin?next={quote(target, safe='')}")
