@@ -19,14 +19,37 @@ def test_unknown_route_is_404_with_error_body(http, org):
 
 
 @pytest.mark.parametrize(("method", "path", "allow"), [
-    ("DELETE", "/orders", "GET, POST"), ("PATCH", "/campaigns", "GET, POST"), ("OPTIONS", "/orders", "GET, POST"),
-    ("POST", "/funding_sources", "GET"), ("DELETE", "/products/X", "GET"), ("POST", "/campaigns/X", "GET, PUT"),
-    ("GET", "/webhooks/X/simulate", "POST"),
+    ("DELETE", "/orders", "GET, HEAD, POST"), ("PATCH", "/campaigns", "GET, HEAD, POST"),
+    ("OPTIONS", "/orders", "GET, HEAD, POST"), ("POST", "/funding_sources", "GET, HEAD"),
+    ("DELETE", "/products/X", "GET, HEAD"), ("POST", "/campaigns/X", "GET, HEAD, PUT"),
+    ("GET", "/webhooks/X/simulate", "POST"), ("HEAD", "/webhooks/X/simulate", "POST"),
 ])
 def test_wrong_method_is_405_with_error_body(http, method, path, allow):
     response = http.request(method, path)
-    error(response, 405)
+    if method == "HEAD":  # the GET's answer without its body
+        assert response.status_code == 405 and response.content == b""
+    else:
+        error(response, 405)
     assert response.headers["allow"] == allow  # every method of the path (RFC 9110), not one route's
+
+
+def test_head_is_get_without_its_body(http, org):
+    """RFC 9110 §9.1: HEAD wherever GET is taken (it was 405), the GET's status and headers."""
+    base = org.base_url
+    for url, client in ((f"{base}/healthz", httpx), (f"{base}/dashboard/signin", httpx), ("/orders", http),
+                        ("/orders/NOSUCHORDER00", http)):
+        got, head = client.get(url), client.head(url)
+        assert head.status_code == got.status_code and head.content == b"", url
+        assert head.headers["content-type"] == got.headers["content-type"], url
+        if "content-length" in got.headers and got.status_code != 200:  # a list's length changes with its dates
+            assert head.headers["content-length"] == got.headers["content-length"], url
+    assert httpx.head(f"{base}/api/v2/orders").status_code == 401  # no key: as GET
+
+
+def test_a_dashboard_page_answers_another_method_with_405_and_allow(org):
+    response = httpx.put(f"{org.base_url}/dashboard/signin")
+    assert response.status_code == 405 and response.headers["allow"] == "GET, HEAD, POST"
+    assert response.headers["content-type"].startswith("text/html")
 
 
 @pytest.mark.parametrize("content", [b'{"payment": ', b"{'a': 1}", b"\xff\xfe", b"[" * 50000 + b"]" * 50000])

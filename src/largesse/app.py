@@ -62,17 +62,27 @@ def _validation_status(request: Request) -> int:
     return 400
 
 
-_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+class HeadAsGet:
+    """HEAD answered as GET without the body (RFC 9110 §9.3.2: a server that takes GET takes
+    HEAD), on every path: FastAPI's routes declare GET only. Innermost, so the request log,
+    metrics and rate limits see the HEAD it is; the status and headers (Content-Length
+    included) are the GET's. uvicorn also leaves out a HEAD's body; this does it for any server."""
 
+    def __init__(self, app):
+        self.app = app
 
-def _methods_of(request: Request) -> list[str]:
-    """Every method some route takes on this path (for a 405's Allow header), asked of the
-    router itself: its routes are nested (included routers), and one route holds one method."""
-    from starlette.routing import Match
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            return await self.app(scope, receive, send)
 
-    routes = request.app.router.routes
-    return [method for method in _METHODS
-            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
+        async def headers_only(message):
+            if message["type"] == "http.response.body":
+                if message.get("more_body"):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
 
 
 def _error(status: int, message: str, payload: dict | None = None, headers: dict | None = None):
@@ -257,7 +267,7 @@ def install_error_handlers(app: FastAPI) -> None:
         if status == 405:
             message = f"Method {request.method} is not allowed on {paths.printable(request.url.path)}"
             # Starlette's Allow names the methods of the first route of the path only.
-            headers = {**(headers or {}), "Allow": ", ".join(_methods_of(request))}
+            headers = {**(headers or {}), "Allow": ", ".join(paths.allowed_methods(request))}
         return _error(status, message, {}, headers)
 
     @app.exception_handler(Exception)
@@ -341,7 +351,9 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     app.state.engine = engine
     from largesse.orders.fast_route import FastOrderRoute
 
-    # Innermost, so added first: POST /api/v2/orders without the routing (orders/fast_route.py).
+    app.add_middleware(HeadAsGet)  # innermost of all: HEAD reaches the routes as GET
+    # Innermost but HeadAsGet, so added next: POST /api/v2/orders without the routing
+    # (orders/fast_route.py).
     app.add_middleware(FastOrderRoute, fastapi_app=app)
     paths.install(app)  # path parameters checked before routing (paths.py)
     ratelimit.install(app, settings, engine, prefix=API_PREFIX + "/")  # per key/org limits (ratelimit.py)

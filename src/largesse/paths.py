@@ -171,12 +171,35 @@ def _html_prefix(app, path: str) -> tuple[str, PageRenderer, re.Pattern | None] 
     return None
 
 
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes on this path (for a 405's Allow header), asked of the
+    router itself: its routes are nested (included routers), and one route holds one method."""
+    from starlette.routing import Match
+
+    routes = request.app.router.routes
+    allowed = [method for method in _METHODS
+               if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
+    if "GET" in allowed and "HEAD" not in allowed:  # HeadAsGet answers HEAD wherever GET is taken
+        allowed.insert(allowed.index("GET") + 1, "HEAD")
+    return allowed
+
+
 def html_error_page(request: Request, status: int) -> Response | None:
-    """The registered HTML page for this request's path and a 404/405 status, or None."""
+    """The registered HTML page for this request's path and a 404/405 status, or None. A 405
+    keeps its status and names the methods the path takes (Allow), as the API's do."""
     if status not in (404, 405):
         return None
     page = _html_prefix(request.app, request.url.path)
-    return page[1](request, status) if page else None
+    if not page:
+        return None
+    response = page[1](request, status)
+    if status == 405:
+        response.status_code = 405
+        response.headers["Allow"] = ", ".join(allowed_methods(request))
+    return response
 
 
 def install(app) -> None:
