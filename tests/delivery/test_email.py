@@ -56,6 +56,21 @@ def test_smtp_multipart_with_campaign_copy_placeholders_and_escaping(org, http, 
     assert len(sink.handler.to(org.member_email)) == 1
 
 
+def test_placeholders_name_labels_of_any_script(org, http, sink, fast, drain):
+    """{{ Größe }} and {{ 部署 }} are filled as {{ Department }} is (they stayed as written: the
+    placeholder pattern took ASCII labels only), case-insensitively and with spaces folded."""
+    size = make_field(http, name="Größe", data_type="Text", options=None)
+    team = make_field(http, name="部署 名", data_type="Text", options=None)
+    meta = {"subject_line": "Size {{ größe }}", "message": "Team {{部署  名}}, size {{ GRÖSSE }}, {{ Nobody }}."}
+    values = [{"id": size["id"], "value": "XL"}, {"id": team["id"], "value": "営業"}]
+    _order(http, org.member_email, custom_fields=values, delivery={"method": "EMAIL", "meta": meta})
+    drain(fast(smtp_url=sink.url))
+    [message] = sink.handler.to(org.member_email)
+    assert message["Subject"] == "Size XL"
+    text, _ = _parts(message)
+    assert "Team 営業, size XL, {{ Nobody }}." in text
+
+
 def test_maildir_when_no_smtp_url(org, http, fast, drain, engine, tmp_path):
     reward_id = _order(http, org.member_email)
     drain(fast(smtp_url=None, mail_dir=str(tmp_path / "mail")))

@@ -40,6 +40,7 @@ from email.utils import format_datetime, make_msgid
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from largesse.delivery.transport import Outgoing
+from largesse.fields.service import label_of
 from largesse.money import format_money
 from largesse.redemption.style import HEX_COLOR, LIGHT_TEXT, text_color_for
 
@@ -50,7 +51,10 @@ _env = Environment(
     keep_trailing_newline=True,
 )
 
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_][A-Za-z0-9_ ]*?)\s*\}\}")
+# {{ label }}: a custom field's label of any script (Größe, 部署: fields.service._label_allowed),
+# matched as GET /rewards matches it (fields.service.label_of: spaces folded, NFC) and without
+# regard to case. It matched ASCII labels only: {{ Größe }} stayed as written.
+PLACEHOLDER = re.compile(r"\{\{\s*([^{}\s](?:[^{}]*[^{}\s])?)\s*\}\}")
 CSS_COLOR = re.compile(r"^(#[0-9A-Fa-f]{3,8}|[A-Za-z]{3,20})\Z")
 DEFAULT_BUTTON = "#2563eb"
 DEFAULT_LOGO_BACKGROUND = "#ffffff"
@@ -70,15 +74,20 @@ class RewardMail:
     delivery_meta: dict | None
     email_style: dict | None
     webpage_style: dict | None
-    field_values: dict[str, str]  # lower-cased label -> value (every org field; "" when unset)
+    field_values: dict[str, str]  # casefolded label (_key) -> value (every org field; "" when unset)
     # The sender when neither the order nor the campaign names one, as on the redemption page;
     # empty: the server's LARGESSE_MAIL_FROM_NAME.
     organization_name: str = ""
 
 
+def _key(name: str) -> str:
+    """A label as placeholders match it: casefold, so that {{ GRÖSSE }} names Größe."""
+    return label_of(name).casefold()
+
+
 def fill_placeholders(text: str, values: dict[str, str]) -> str:
     def replace(match: re.Match) -> str:
-        key = match.group(1).strip().lower()
+        key = _key(match.group(1))
         return values[key] if key in values else match.group(0)
 
     return PLACEHOLDER.sub(replace, text)
@@ -87,11 +96,11 @@ def fill_placeholders(text: str, values: dict[str, str]) -> str:
 def unknown_placeholders(text: str | None, labels) -> list[str]:
     """The placeholders in `text` that fill_placeholders leaves as written because no field
     label matches them (case-insensitively), each once, in order of appearance."""
-    known = {label.lower() for label in labels}
+    known = {_key(label) for label in labels}
     found: list[str] = []
     for match in PLACEHOLDER.finditer(text or ""):
         name = match.group(1).strip()
-        if name.lower() not in known and name not in found:
+        if _key(name) not in known and name not in found:
             found.append(name)
     return found
 
@@ -148,11 +157,11 @@ class Rendered:
 
 
 def placeholder_values(labels, pairs) -> dict[str, str]:
-    """RewardMail.field_values: every label of the organization's fields (lower-cased) -> the
+    """RewardMail.field_values: every label of the organization's fields (casefolded, _key) -> the
     reward's value, "" when it has none. pairs: the reward's (label, value) pairs."""
-    values = {label.lower(): "" for label in labels}
+    values = {_key(label): "" for label in labels}
     for label, value in pairs:
-        values[label.lower()] = value
+        values[_key(label)] = value
     return values
 
 
