@@ -188,6 +188,16 @@ def test_cli_sets_the_policy_and_a_member_decides(org, api, http, cli):
     assert cli("orders", "approve", big.id, "--org", org.id, "--member", "NOSUCHMEMBER", check=False).returncode != 0
     unknown = cli("orders", "approve", big.id, "--org", org.id, "--member", "nobody@example.com", check=False)
     assert unknown.returncode == 1 and "give a member's ID or address" in unknown.stderr
+    # Only a member whose role may approve orders decides (ADMIN): a VIEWER or MEMBER is refused,
+    # and nothing changes (the CLI approved for any member of the organization).
+    for role in ("VIEWER", "MEMBER"):
+        added = cli("members", "add", "--org", org.id, "--email", f"{role.lower()}-{big.id.lower()}@example.com",
+                    "--role", role)
+        assert added.returncode == 0, added.stderr
+        refused = cli("orders", "approve", big.id, "--org", org.id, "--member", f"{role.lower()}-{big.id.lower()}"
+                      "@example.com", check=False)
+        assert refused.returncode == 1 and "may approve orders" in refused.stderr, refused.stderr
+        assert api.get_order(big.id).order.status == "PENDING APPROVAL"
     by_address = org.member_email.upper()  # a member's address works as well as the ID
     decided = json.loads(cli("orders", "approve", big.id, "--org", org.id, "--member", by_address, "--json").stdout)
     assert decided["order"]["status"] == "EXECUTED"

@@ -24,7 +24,8 @@ from largesse.errors import Forbidden, Unprocessable
 from largesse.funding import service as funding
 from largesse.orders import repository
 from largesse.orders.models import PENDING_APPROVAL, orders, rewards
-from largesse.orgs.models import organizations
+from largesse.orgs import roles
+from largesse.orgs.models import members, organizations
 from largesse.timeutil import utcnow
 from largesse.webhooks import service as webhooks
 
@@ -103,8 +104,17 @@ def list_pending(conn: Connection, org: str, *, limit: int = 100):
     ).all()
 
 
-def _pending_order(conn: Connection, org: str, order_id: str, *, via_api: bool, verb: str):
+def _pending_order(conn: Connection, org: str, order_id: str, *, via_api: bool, verb: str, by: Decider):
     order = repository.order_or_404(conn, org, order_id)
+    if by.member_id is not None:
+        # The rule of every surface that decides for a member (the dashboard's page asks it
+        # too, the CLI's `orders approve --member` only here): an active member of the order's
+        # organization whose role may approve orders (orgs/roles.py; ADMIN).
+        role = conn.execute(select(members.c.role).where(
+            members.c.id == by.member_id, members.c.organization_id == org, members.c.active.is_(True))).scalar()
+        if not roles.can(role, "approve_orders"):
+            raise Forbidden(f"Only a member whose role may approve orders can have an order {verb} "
+                            f"(this member's role: {role or 'none'})", {"member": ["may not approve orders"]})
     if via_api:
         allowed = conn.execute(select(organizations.c.approval_api_allowed)
                                .where(organizations.c.id == org)).scalar_one()
@@ -142,7 +152,7 @@ def approve_order(engine: Engine, *, org: str, order_id: str, by: Decider, via_a
     the API shows it. 404 unknown, 403 API approval disallowed, 422 not pending."""
     now = utcnow()
     with db.write(engine) as conn:
-        order = _pending_order(conn, org, order_id, via_api=via_api, verb="approved")
+        order = _pending_order(conn, org, order_id, via_api=via_api, verb="approved", by=by)
         row = _decide(conn, order, status="EXECUTED", decision="approved", by=by, now=now)
         if row is None:
             current = conn.execute(select(orders.c.status).where(orders.c.id == order.id)).scalar_one()
@@ -183,7 +193,7 @@ def reject_order(engine: Engine, *, org: str, order_id: str, by: Decider, via_ap
     cancel the rewards. 404 unknown, 403 API decisions disallowed, 422 not pending."""
     now = utcnow()
     with db.write(engine) as conn:
-        order = _pending_order(conn, org, order_id, via_api=via_api, verb="rejected")
+        order = _pending_order(conn, org, order_id, via_api=via_api, verb="rejected", by=by)
         row = _decide(conn, order, status="CANCELED", decision="rejected", by=by, now=now,
                       refund_cents=orders.c.total_cents)
         if row is None:
