@@ -142,8 +142,12 @@ def format_money(cents: int, currency_code: str) -> str:
     return f"{sign}{number} {currency_code}"
 
 
-def percent_of(cents: int, basis_points: int) -> int:
-    """basis_points/10000 of an amount, rounded half up, in integers only."""
+def percent_of(cents: int, basis_points: int, currency_code: str | None = None) -> int:
+    """basis_points/10000 of an amount in hundredths, rounded half up to the currency's minor
+    unit (a cent; a whole unit, i.e. a multiple of 100, for a zero-decimal currency such as
+    JPY: 1.5 % of 1,001 JPY is 15 JPY, not 15.02), in integers only."""
+    if decimals_for(currency_code) == 0:
+        return (cents * basis_points + 500_000) // 1_000_000 * 100
     return (cents * basis_points + 5000) // 10000
 
 

@@ -102,6 +102,21 @@ def test_a_yen_organizations_flat_fee_is_in_yen_whatever_the_rewards_currency(en
     assert ledger_problems(cli, yen.id) == []
 
 
+def test_a_yen_percentage_fee_is_whole_yen(engine, server, cli):
+    """1.5 % of 1,001 JPY is 15 JPY (15.015 half up to the yen), not 15.02: every amount of a
+    zero-decimal currency is whole units."""
+    from tests.yen_kit import yen_order_body, yen_org, yen_product
+
+    yen, product = yen_org(engine, server.url), yen_product(engine)
+    cli("org", "fees", "--org", yen.id, "--basis-points", "150")
+    with yen.http() as http:
+        before = available_cents(http)
+        order = ok(http.post("/orders", json=yen_order_body(yen.member_email, product, yen=1001)))["order"]
+        assert (order["payment"]["fees"], order["payment"]["total"]) == (15, 1016)
+        assert available_cents(http) == before - 101600
+    assert ledger_problems(cli, yen.id) == []
+
+
 def test_a_eur_balance_pays_the_flat_fee_converted(org, http, cli):
     cli("org", "fees", "--org", org.id, "--flat", "0.50")
     cli("balance", "fund", "--org", org.id, "--amount", "100", "--memo", "EUR wire", "--currency", "EUR")

@@ -207,6 +207,19 @@ def test_cli_sets_the_policy_and_a_member_decides(org, api, http, cli):
     assert cli("ledger", "verify", check=False).returncode == 0
 
 
+def test_a_yen_threshold_is_whole_yen(engine, server, cli):
+    """--above is in the organization's currency and its decimals: 100.50 JPY is refused (it
+    was stored), 100 JPY is taken."""
+    from tests.yen_kit import yen_org
+
+    yen = yen_org(engine, server.url)
+    refused = cli("org", "approvals", "--org", yen.id, "--above", "100.50", check=False)
+    assert refused.returncode == 1 and "whole units" in refused.stderr, refused.stderr
+    assert json.loads(cli("org", "approvals", "--org", yen.id, "--json").stdout)["mode"] == "off"
+    cli("org", "approvals", "--org", yen.id, "--above", "100")
+    assert json.loads(cli("org", "approvals", "--org", yen.id, "--json").stdout)["mode"] == "above"
+
+
 def test_create_order_request_through_client_is_unchanged_by_replay(org, api, engine):
     set_policy(engine, org, "api")
     body = {**order_body(org.member_email), "external_id": unique("client-")}

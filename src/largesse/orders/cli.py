@@ -33,20 +33,22 @@ def org_approvals(
     as_json: JsonFlag = False,
 ):
     """Show or set which new orders wait as PENDING APPROVAL, and who may decide (docs/approvals.md)."""
-    from largesse.money import MoneyError, parse_amount_text
+    from largesse.money import MoneyError, decimals_for, parse_amount_text
     from largesse.orders import approvals
 
-    above_cents = None
     if above is not None:
         if mode not in (None, "above"):
             fail("--above goes with --mode above")
         mode = "above"
-        try:
-            above_cents = 0 if above in ("0", "0.0", "0.00") else parse_amount_text(above)
-        except MoneyError as exc:
-            fail(f"--above {exc}")
+    above_cents = None
     with db.write(open_engine()) as conn:
-        require_org(conn, org)
+        row = require_org(conn, org)
+        if above is not None:  # in the organization's currency and its decimals (whole yen for JPY)
+            try:
+                above_cents = 0 if above in ("0", "0.0", "0.00") else parse_amount_text(
+                    above, decimals=decimals_for(row.currency_code))
+            except MoneyError as exc:
+                fail(f"--above {exc}")
         policy = approvals.get_policy(conn, org)
         if mode is not None or api_approval is not None:
             try:

@@ -421,7 +421,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
                 errors.add(loc + ("value", "currency_code"),
                            f"no exchange rate from {caller.currency_code} (the currency of your flat fee per "
                            f"reward) to {reward_currency} is configured; nothing was charged")
-        fee = percent_of(cents, caller.fee_basis_points) + flat
+        fee = percent_of(cents, caller.fee_basis_points, reward_currency) + flat
         charged = None
         if fx is not None and not problem:  # amounts in the balance's currency; the reward keeps its own
             charged, converted = fx.charge(cents + fee), fx.charge(cents)
