@@ -123,6 +123,24 @@ def test_copy_settings_copies_fraud_rules_and_approvals(org, api, http, engine):
     assert modes == {plain.id: "off", copied.id: "all"}
 
 
+def test_a_child_in_another_currency_gets_the_parents_amounts_converted(org, http, cli):
+    """A USD parent's flat fee of 5.00 and approval threshold of 50.00 are 773 and 7,731 yen on a
+    JPY sub-organization (at the shipped 154.62), not 5 and 50 yen; a connected organization in
+    GBP likewise. Copied as numbers, they were a way around the operator's fee."""
+    cli("org", "fees", "--org", org.id, "--flat", "5.00")
+    cli("org", "approvals", "--org", org.id, "--above", "50.00")
+    body = {"name": "Yen child", "website": "https://yen.example.com", "with_api_key": True, "currency_code": "JPY",
+            "copy_settings": {"order_approvals": True}}
+    child = ok(http.post("/organizations", json=body))["organization"]
+    fees = json.loads(cli("org", "fees", "--org", child["id"], "--json").stdout)
+    assert (fees["flat_cents"], fees["currency_code"]) == (77300, "JPY")  # 500 x 154.62 = 77,310: 773 yen
+    approvals = json.loads(cli("org", "approvals", "--org", child["id"], "--json").stdout)
+    assert approvals["mode"] == "above" and approvals["above"] in ("7731", "7731.00")
+    connected = ok(http.post("/connected_organizations", json={"client_id": "gbp-child", "currency_code": "GBP"}))
+    gbp_id = connected["connected_organization"]["organization"]["id"]
+    assert json.loads(cli("org", "fees", "--org", gbp_id, "--json").stdout)["flat_cents"] == 395  # 500 x 0.79
+
+
 def test_create_organization_without_key_and_validation(org, api, http):
     created = _sub_org(api, "No Key", with_api_key=False, currency_code="EUR")
     assert created.api_key is None and created.currency_code == "EUR"

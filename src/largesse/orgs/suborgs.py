@@ -5,7 +5,8 @@ A sub-organization is a full organization: its own balance, members, keys, campa
 shares its parent's environment (a sandbox parent makes sandbox children, which get the
 sandbox preload through the ledger; production children start at 0 and are funded by the
 operator) and always inherits the parent's operator-controlled terms (fees, reward expiry):
-creating a sub-organization must not be a way around the pricing the operator set.
+creating a sub-organization must not be a way around the pricing the operator set. A child in
+another currency gets the parent's amounts converted (_converted).
 `copy_settings` (API.md §2.7) copies what Largesse has of the rest.
 """
 
@@ -17,7 +18,9 @@ from sqlalchemy import Connection, Table, select
 
 from largesse import auth
 from largesse.campaigns.models import campaigns
+from largesse.errors import BadRequest
 from largesse.fields.models import fields
+from largesse.forex import service as forex
 from largesse.funding import service as funding
 from largesse.ids import new_id
 from largesse.orgs import service
@@ -62,6 +65,8 @@ def create_sub_org(conn: Connection, *, parent_id: str, name: str, website: str 
                 and (copy["order_approvals"] or not is_order_approvals_setting(column))}
     org_id = new_id()
     currency = currency_code or parent.currency_code
+    if currency != parent.currency_code:
+        settings = _converted(conn, settings, parent.currency_code, currency)
     conn.execute(organizations.insert().values(
         **settings, id=org_id, name=name, website=website, phone=phone, currency_code=currency,
         environment=parent.environment, parent_organization_id=parent_id, created_at=utcnow(),
@@ -84,6 +89,30 @@ def create_sub_org(conn: Connection, *, parent_id: str, name: str, website: str 
     if with_api_key:
         _, key = auth.issue_key(conn, organization_id=org_id, label="created with the organization (API)")
     return CreatedSubOrg(org_id, fs_id, key)
+
+
+_INT32_MAX = 2**31 - 1  # fee_flat_cents is an `integer` column
+
+
+def _converted(conn: Connection, settings: dict, source: str, target: str) -> dict:
+    """The parent's money settings (the *_cents columns: the flat fee per reward, the approval
+    threshold) in the child's currency, at the day's cross rate rounded half up to its minor
+    unit (forex.service, as an order converts): copied as numbers, 100 yen of a JPY parent's
+    fee became 100 USD on a USD child, and a USD parent's 5.00 became 5 yen. 400 at
+    currency_code when no rate converts a non-zero amount."""
+    amounts = {column: value for column, value in settings.items() if column.endswith("_cents") and value}
+    if not amounts:
+        return settings
+    found = forex.cross_rate(forex.current(conn), source, target)
+    if found is None:
+        raise BadRequest(f"no exchange rate from {source} (the parent organization's currency) to {target} is "
+                         f"configured, to convert its fees and approval threshold",
+                         {"currency_code": [f"has no exchange rate from {source}"]})
+    converted = {column: forex.convert_cents(value, found[0], target) for column, value in amounts.items()}
+    if converted.get("fee_flat_cents", 0) > _INT32_MAX:
+        raise BadRequest(f"the parent organization's flat fee converted to {target} is more than a flat fee can be",
+                         {"currency_code": ["makes the flat fee too large"]})
+    return {**settings, **converted}
 
 
 def _copy_rows(conn: Connection, table: Table, source_org: str, target_org: str) -> int:
