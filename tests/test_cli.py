@@ -140,6 +140,12 @@ def test_balance_fund_reference_credits_once(org, other_org, http, cli):
                        "W-8812", check=False)
     assert other_amount.returncode != 0 and "already credited" in other_amount.stderr
     assert available_cents(http) == before + 10025
+    # In another currency, refused: no EUR balance is left behind (an empty one would then
+    # refuse the EUR orders that the USD balance converts).
+    in_eur = cli(*args, "--currency", "EUR", check=False)
+    assert in_eur.returncode != 0 and "nothing credited" in in_eur.stderr, in_eur.stderr
+    currencies = [s["meta"]["currency_code"] for s in ok(http.get("/funding_sources"))["funding_sources"]]
+    assert currencies == ["USD"]
     # References are per organization, and runs without one are never deduplicated.
     cli("balance", "fund", "--org", other_org.id, "--amount", "1", "--memo", "wire", "--reference", "W-8812")
     cli("balance", "fund", "--org", org.id, "--amount", "1", "--memo", "no ref")

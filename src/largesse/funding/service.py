@@ -238,34 +238,38 @@ def fund(engine: Engine, *, organization_id: str, amount_cents: int, memo: str, 
         raise BadRequest(f"references starting with {' or '.join(RESERVED_REFERENCE_PREFIXES)} are reserved",
                          {"reference": ["is reserved"]})
 
-    if currency_code is not None:
-        ensure_balance(engine, organization_id, currency_code)
-
     def source_of(conn):
         if currency_code is None:
             return resolve(conn, organization_id, MAGIC_BALANCE)
-        return balance_in(conn, organization_id, currency_code)
+        # Created in the credit's transaction: a refused run (its reference already credited)
+        # leaves no empty balance behind, which would then pay, and refuse, the orders in its
+        # currency (BALANCE picks the balance in the rewards' currency when there is one).
+        return balance_in(conn, organization_id, currency_code, create=True)
 
-    try:
-        with db.write(engine) as conn:
-            source = source_of(conn)
-            after = credit(conn, funding_source_id=source.id, organization_id=organization_id,
-                           amount_cents=amount_cents, kind="funding", memo=memo, reference=reference)
-            entry_id = conn.execute(select(func.max(ledger_entries.c.id)).where(
-                ledger_entries.c.funding_source_id == source.id)).scalar_one()
-            webhooks.emit(conn, organization_id, [(FUNDED_EVENT, source.id)])
-            return Funded(True, entry_id, amount_cents, after, source.id, source.currency_code)
-    except IntegrityError:
-        if reference is None:
-            raise
-    with db.read(engine) as conn:
-        existing = conn.execute(_BY_REFERENCE, {"org": organization_id, "reference": reference}).first()
-        if existing is None:  # the unique index refused it, so the entry exists: anything else is a bug
-            raise RuntimeError(f"reference {reference!r} refused but not found")
-        # The balance the reference did credit (it may be another currency's than this run's).
-        source = conn.execute(_BY_ID, {"org": organization_id, "id": existing.funding_source_id}).one()
-        return Funded(False, existing.id, existing.amount_cents, source.available_cents, source.id,
-                      source.currency_code)
+    for _ in range(3):
+        try:
+            with db.write(engine) as conn:
+                source = source_of(conn)
+                after = credit(conn, funding_source_id=source.id, organization_id=organization_id,
+                               amount_cents=amount_cents, kind="funding", memo=memo, reference=reference)
+                entry_id = conn.execute(select(func.max(ledger_entries.c.id)).where(
+                    ledger_entries.c.funding_source_id == source.id)).scalar_one()
+                webhooks.emit(conn, organization_id, [(FUNDED_EVENT, source.id)])
+                return Funded(True, entry_id, amount_cents, after, source.id, source.currency_code)
+        except IntegrityError:
+            # The reference was credited already, or a concurrent run created the balance
+            # first (the next round finds it).
+            if reference is None:
+                continue
+        with db.read(engine) as conn:
+            existing = conn.execute(_BY_REFERENCE, {"org": organization_id, "reference": reference}).first()
+            if existing is None:
+                continue
+            # The balance the reference did credit (it may be another currency's than this run's).
+            source = conn.execute(_BY_ID, {"org": organization_id, "id": existing.funding_source_id}).one()
+            return Funded(False, existing.id, existing.amount_cents, source.available_cents, source.id,
+                          source.currency_code)
+    raise RuntimeError(f"could not credit organization {organization_id}: the database refused three times")
 
 
 # The invariants live in funding/verify.py; `verify(conn) -> list[Problem]` stays importable here.
