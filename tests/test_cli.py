@@ -217,6 +217,17 @@ BAD_CATALOGS = {
     "a null entry": json.dumps({"products": [None]}),
     "a missing key": json.dumps({"products": [{k: v for k, v in _product("PNOCATEGORY001").items()
                                                if k != "category"}]}),
+    # An outside audit's: a band as text, fractions of a yen, a blank name, lists where a name
+    # goes (they answered "unhashable type: 'list'"), and a file nested 5,000 deep (a traceback).
+    "a band as text": json.dumps({"products": [_product("PBANDTEXT00001", skus=[{"min": "10", "max": 50,
+                                                                               "currency_code": "USD"}])]}),
+    "fractions of a yen": json.dumps({"products": [_product("PBANDYEN000001", skus=[{"min": 10.5, "max": 500,
+                                                                                   "currency_code": "JPY"}])]}),
+    "a blank name": json.dumps({"products": [_product("PBLANKNAME0001", name="   ")]}),
+    "a list as subcategory": json.dumps({"products": [_product("PLISTSUB000001", subcategory=["food"])]}),
+    "a list as fulfillment": json.dumps({"products": [_product("PLISTFULFIL01", fulfillment=["sandbox"])]}),
+    "a list as category": json.dumps({"products": [_product("PLISTCATEG001", category=["charity"])]}),
+    "nested 5,000 deep": '{"products": [' + "[" * 5000 + "]" * 5000 + "]}",
 }
 
 

@@ -228,7 +228,9 @@ def test_an_order_converts_from_one_currency(org, http):
 
 def test_forex_import_replaces_the_set(org, api, http, cli, tmp_path, default_rates):
     path = tmp_path / "rates.csv"
-    path.write_text("currency_code,rate,date\nUSD,1,2026-11-22\nEUR,0.8,2026-11-22\nGBP,0.75,2026-11-22\n")
+    # With a UTF-8 BOM, as Excel's "CSV UTF-8" writes it (it read as a wrong header).
+    path.write_text("\ufeffcurrency_code,rate,date\nUSD,1,2026-11-22\nEUR,0.8,2026-11-22\nGBP,0.75,2026-11-22\n",
+                    encoding="utf-8")
     assert "imported 3 rates" in cli("forex", "import", str(path)).stdout
     assert api.list_forex().forex == {"EUR": 0.8, "GBP": 0.75, "USD": 1}
     order = ok(http.post("/orders", json=_eur_body(org.member_email, denomination=30)))["order"]

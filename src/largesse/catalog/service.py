@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
@@ -13,7 +14,7 @@ from sqlalchemy import Connection, bindparam, select
 from largesse import codes
 from largesse.catalog.models import products
 from largesse.ids import ALPHABET
-from largesse.money import MoneyError, loads_exact, to_cents, to_wire
+from largesse.money import MoneyError, decimals_for, loads_exact, to_cents, to_wire
 from largesse.timeutil import utcnow
 
 CATEGORIES = {"ach", "charity", "instant_debit_transfer", "merchant_card", "paypal", "venmo", "visa_card",
@@ -161,10 +162,10 @@ def _parse_product(item: dict) -> dict:
     if not (12 <= len(pid) <= 20 and all(c in ALPHABET for c in pid)):
         raise CatalogError("id must be 12-20 characters of A-Z and 0-9")
     category = item["category"]
-    if category not in CATEGORIES:
+    if not isinstance(category, str) or category not in CATEGORIES:
         raise CatalogError(f"unknown category {category!r}")
     subcategory = item.get("subcategory")
-    if subcategory is not None and subcategory not in SUBCATEGORIES:
+    if subcategory is not None and (not isinstance(subcategory, str) or subcategory not in SUBCATEGORIES):
         raise CatalogError(f"unknown subcategory {subcategory!r}")
     skus = []
     if not isinstance(item["skus"], list):
@@ -175,7 +176,11 @@ def _parse_product(item: dict) -> dict:
         currency = codes.currency(sku["currency_code"])
         if currency is None:
             raise CatalogError(f"{sku['currency_code']!r} is not an ISO 4217 currency code Largesse supports")
-        low, high = to_cents(sku["min"]), to_cents(sku["max"])
+        if not all(isinstance(sku.get(k), (int, Decimal)) and not isinstance(sku.get(k), bool)
+                   for k in ("min", "max")):
+            raise CatalogError("each sku's min and max must be numbers (not strings)")
+        decimals = decimals_for(currency)  # whole units for JPY: a band of 10.5 yen is no band
+        low, high = to_cents(sku["min"], decimals=decimals), to_cents(sku["max"], decimals=decimals)
         if not 0 < low <= high:
             raise CatalogError("each sku needs 0 < min <= max")
         skus.append({"min_cents": low, "max_cents": high, "currency_code": currency})
@@ -194,8 +199,8 @@ def _parse_product(item: dict) -> dict:
             and i.get("type", "card") in IMAGE_TYPES and isinstance(i.get("content_type") or "", str)
             for i in images):
         raise CatalogError('images must be a list of {"src": str, "type": "card"|"logo"} objects')
-    if not isinstance(item["name"], str) or not 1 <= len(item["name"]) <= 200:
-        raise CatalogError("name must be a string of 1-200 characters")
+    if not isinstance(item["name"], str) or not item["name"].strip() or not 1 <= len(item["name"]) <= 200:
+        raise CatalogError("name must be a string of 1-200 characters, not blank")
     for key in ("description", "disclosure", "usage_instructions"):
         if not isinstance(item.get(key) or "", str):
             raise CatalogError(f"{key} must be a string")
@@ -203,7 +208,7 @@ def _parse_product(item: dict) -> dict:
         if not isinstance(item.get(key, True), bool):
             raise CatalogError(f"{key} must be true or false")
     fulfillment = item.get("fulfillment", "sandbox")
-    if fulfillment not in FULFILLMENT_PROVIDERS:
+    if not isinstance(fulfillment, (str, type(None))) or fulfillment not in FULFILLMENT_PROVIDERS:
         raise CatalogError(f"fulfillment must be one of sandbox, inventory or null, not {fulfillment!r}")
     return {
         "id": pid,
@@ -262,8 +267,13 @@ def import_rows(conn: Connection, rows: list[dict]) -> tuple[int, int]:
 
 
 def load_file(path: str | Path) -> list[dict]:
-    with open(path, encoding="utf-8") as handle:
-        return parse_catalog(loads_exact(handle.read()))  # denomination bands exactly as written
+    with open(path, encoding="utf-8-sig") as handle:  # a UTF-8 BOM (Excel, Notepad) is no error
+        text = handle.read()
+    try:
+        document = loads_exact(text)  # denomination bands exactly as written
+    except RecursionError:
+        raise CatalogError("the file nests too deeply to be a catalog") from None
+    return parse_catalog(document)
 
 
 def default_catalog() -> list[dict]:

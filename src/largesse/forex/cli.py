@@ -31,7 +31,7 @@ def forex_import(path: Annotated[str, typer.Argument(help="CSV file: currency_co
     from largesse.forex import service
 
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:  # a BOM (Excel's "CSV UTF-8") is no error
             text = handle.read(1_000_000)
         rates = service.parse_csv(text)
     except (OSError, UnicodeDecodeError, service.RatesError) as exc:
