@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated
 
 import typer
@@ -47,7 +48,9 @@ def worker(
         w.run_forever()
     except KeyboardInterrupt:
         w.stop()
-    typer.echo(f"processed {w.processed} jobs")
+    # Through the log (LARGESSE_LOG_FORMAT=json: a JSON line, as the worker's others), not a
+    # bare print: under `largesse serve` this is a supervised child's last line.
+    logging.getLogger("largesse.delivery").info("delivery worker %s stopped; processed %s jobs", w.id, w.processed)
 
 
 @jobs_app.command("list")
