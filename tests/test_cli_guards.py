@@ -314,10 +314,13 @@ def test_names_from_api_clients_reach_the_terminal_escaped(org, http, cli):
     ("sqlite://", "names no SQLite file"),  # a database in memory: "ledger OK"
     ("sqlite:///", "names no SQLite file"),
     ("sqlite:///:memory:", "names no SQLite file"),
+    # libpq's default database (the user's name) was picked, and migrated
+    ("postgresql://", "names no PostgreSQL database"),
+    ("postgresql://postgres:pw@127.0.0.1:5432/", "names no PostgreSQL database"),
 ])
 def test_a_database_url_without_a_database_is_one_line(tmp_path, url, expected):
     for command in (("ledger", "verify"), ("org", "list")):
-        line = _one_line_error(_run(tmp_path, *command, env={"LARGESSE_DATABASE_URL": url}))
+        line = _one_line_error(_run(tmp_path, *command, env={"LARGESSE_DATABASE_URL": url, "PGDATABASE": ""}))
         assert expected in line and "pw" not in line, line
 
 

@@ -7,6 +7,7 @@ largesse.cli.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated
@@ -75,6 +76,11 @@ def database_url(settings: Settings):
         # sqlite:// and sqlite:/// are a database in memory: empty, gone at exit ("ledger OK")
         fail(f"LARGESSE_DATABASE_URL names no SQLite file ({shown_url(settings.database_url)}): "
              "use sqlite:///PATH, e.g. sqlite:///var/largesse.sqlite3")
+    if backend == "postgresql" and not url.database and "dbname" not in url.query and not os.environ.get("PGDATABASE"):
+        # libpq would pick the database named as the user and migrate it: a unit file whose
+        # variables did not expand must not set up whatever database that is
+        fail(f"LARGESSE_DATABASE_URL names no PostgreSQL database ({shown_url(settings.database_url)}): "
+             "use postgresql://USER@HOST:PORT/NAME")
     return url
 
 
