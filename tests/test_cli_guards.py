@@ -324,6 +324,25 @@ def test_a_database_url_without_a_database_is_one_line(tmp_path, url, expected):
         assert expected in line and "pw" not in line, line
 
 
+def test_a_migration_that_fails_is_one_line(tmp_path, backend):
+    """A migration the database refuses (here: its revision set back by one, so the last one
+    adds a column that is there) is one line and exit 1, not a 250-line traceback."""
+    import psycopg
+
+    from tests.conftest import _pg_reachable, empty_pg_database
+
+    if backend != "postgresql" or not _pg_reachable():
+        pytest.skip("PostgreSQL's own error (ProgrammingError); SQLite's are already one line")
+    with empty_pg_database("largesse_migration") as url:
+        env = {"LARGESSE_DATABASE_URL": url}
+        assert _run(tmp_path, "db", "upgrade", env=env).returncode == 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            head = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+            conn.execute("UPDATE alembic_version SET version_num = %s", (f"{int(head) - 1:04d}",))
+        line = _one_line_error(_run(tmp_path, "db", "upgrade", env=env))
+        assert line.startswith("error: migrating the database") and "already exists" in line, line
+
+
 def test_a_query_password_in_the_database_url_is_masked(tmp_path):
     line = _one_line_error(_run(tmp_path, "org", "list", env={
         "LARGESSE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/largesse?password=hunter2"}))

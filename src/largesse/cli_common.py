@@ -111,7 +111,10 @@ def open_engine(settings: Settings | None = None, *, prepare: bool = True, creat
             prepare_db(engine)
     except sa_exc.DBAPIError as exc:
         if not unusable(exc):
-            raise
+            # A migration that fails on this database (a column already there, data that breaks
+            # a new constraint): its statement's error on one line, never a traceback
+            # (docs/operations.md).
+            fail(f"migrating the database {shown_url(settings.database_url)} failed: {unavailable_reason(exc)}")
         database_unavailable(exc, settings)
     except OSError as exc:  # the SQLite file's folder cannot be created
         fail(f"cannot create the database {shown_url(settings.database_url)}: {exc.strerror or exc}")
