@@ -198,6 +198,27 @@ def test_an_entry_of_a_kind_largesse_never_writes(org, engine):
     assert _findings(engine, org) == []
 
 
+def test_a_second_sandbox_credit_is_reported(org, engine):
+    """A second 5,000 of sandbox credit, its running balance and the balance raised to match:
+    "ledger OK" before, though no code path writes two."""
+    balance = _one(engine, "SELECT available_cents FROM funding_sources WHERE id = :fs",
+                   fs=org.funding_source_id)["available_cents"]
+    _sql(engine, "INSERT INTO ledger_entries (funding_source_id, organization_id, amount_cents, balance_after_cents, "
+                 "kind, memo, created_at) VALUES (:fs, :o, 500000, :after, 'sandbox_credit', 'again', "
+                 "CURRENT_TIMESTAMP)", fs=org.funding_source_id, o=org.id, after=balance + 500000)
+    _sql(engine, "UPDATE funding_sources SET available_cents = :after WHERE id = :fs", fs=org.funding_source_id,
+         after=balance + 500000)
+    try:
+        found = _findings(engine, org)
+        assert _what(found) == {("sandbox credit", org.id)}, found
+        assert found[0].actual == 1000000 and "2 sandbox credit(s)" in found[0].detail
+    finally:
+        _sql(engine, "DELETE FROM ledger_entries WHERE organization_id = :o AND memo = 'again'", o=org.id)
+        _sql(engine, "UPDATE funding_sources SET available_cents = :b WHERE id = :fs", fs=org.funding_source_id,
+             b=balance)
+    assert _findings(engine, org) == []
+
+
 def test_a_charge_on_an_unconverted_reward_is_reported_and_not_trusted_for_its_refund(org, http, engine, deliver):
     """charged_cents is a converted reward's charge; on any other it would make a cancel
     refund that amount. verify reports it, and judges the refund by value + fee."""

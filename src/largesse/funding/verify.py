@@ -6,7 +6,8 @@ What must hold, and the `what` of the finding when it does not:
   balance_after_cents equals the previous entry's plus its amount, in id order (`running
   balance`, reported at the first entry that disagrees); credits (funding, sandbox credit,
   refund) are positive, order debits negative, an entry belongs to its balance's organization
-  (`ledger entry`);
+  (`ledger entry`); the sandbox credit is written once, of 5,000 units, to a sandbox
+  organization's first balance and never in production (`sandbox credit`);
 - orders: exactly one debit of the total from the order's balance (`order debit missing`,
   `order debit count`, `order debit`, `debit without order`); the rewards add up to the
   subtotal and fees and total = subtotal + fees - discount (`order subtotal`, `order fees`,
@@ -71,7 +72,7 @@ class Problem:
 def verify(conn: Connection) -> list[Problem]:
     """Every money invariant; [] when all hold."""
     problems: list[Problem] = []
-    for check in (_balances, _running_balances, _ledger_entries, _order_debits, _debits_without_order,
+    for check in (_balances, _running_balances, _ledger_entries, _sandbox_credits, _order_debits, _debits_without_order,
                   _order_sums, _order_refunds, _reward_refunds, _refunds_without_reward, _payouts_missing,
                   _payouts_unredeemed, _pending_holds, _order_rejections):
         problems.extend(check(conn))
@@ -136,6 +137,25 @@ def _ledger_entries(conn):
             why = f"a {x.kind} entry with the wrong sign"
         problems.append(Problem("ledger entry", str(x.id), 0, int(x.amount_cents), why, x.owner))
     return problems
+
+
+def _sandbox_credits(conn):
+    """orgs/service.create_org and orgs/suborgs write one sandbox_credit of SANDBOX_CREDIT_CENTS
+    when they create a sandbox organization, and none otherwise: a second one (or one in
+    production), with the balance raised to match, is money nobody paid in."""
+    from largesse.orgs.models import organizations as org
+    from largesse.orgs.service import SANDBOX_CREDIT_CENTS
+
+    credits = (select(le.c.organization_id, func.count().label("n"), func.sum(le.c.amount_cents).label("total"))
+               .where(le.c.kind == "sandbox_credit").group_by(le.c.organization_id).subquery())
+    rows = conn.execute(
+        select(org.c.id, org.c.environment, credits.c.n, credits.c.total)
+        .join(credits, credits.c.organization_id == org.c.id)
+        .where(or_(org.c.environment != "sandbox", credits.c.n > 1, credits.c.total != SANDBOX_CREDIT_CENTS))
+    ).all()
+    return [Problem("sandbox credit", x.id, 0 if x.environment != "sandbox" else SANDBOX_CREDIT_CENTS, int(x.total),
+                    f"{int(x.n)} sandbox credit(s) on a {x.environment} organization: Largesse writes one, "
+                    f"of {SANDBOX_CREDIT_CENTS // 100} units, and only in the sandbox", x.id) for x in rows]
 
 
 def _order_debits(conn):
