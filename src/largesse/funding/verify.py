@@ -187,7 +187,7 @@ def _debits_without_order(conn):
         select(le.c.id, le.c.order_id, le.c.organization_id, le.c.amount_cents)
         .where(le.c.kind == ORDER, ~matching_order)
     ).all()
-    return [Problem("debit without order", str(x.order_id), 0, -int(x.amount_cents),
+    return [Problem("debit without order", str(x.order_id), 0, int(x.amount_cents),
                     f"ledger entry {x.id} debits no order of its balance", x.organization_id) for x in rows]
 
 

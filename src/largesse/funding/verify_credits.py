@@ -102,8 +102,11 @@ def conversions(conn, Problem):  # noqa: N803
         if charged != x.total_cents or denoms != x.fx_subtotal_cents or fees != x.fx_fees_cents \
                 or x.fx_total_cents != denoms + fees:
             problems.append(Problem("conversion", order_id, int(x.total_cents), charged,
-                                    f"the rewards' charges, values ({denoms}) and fees ({fees}) do not add up to the "
-                                    f"order's total and its amounts in its rewards' currency", x.organization_id))
+                                    f"the rewards' charges ({charged}), values ({denoms}) and fees ({fees}) do not "
+                                    f"add up to the order's total ({int(x.total_cents)}) and its amounts in its "
+                                    f"rewards' currency (subtotal {int(x.fx_subtotal_cents or 0)}, fees "
+                                    f"{int(x.fx_fees_cents or 0)}, total {int(x.fx_total_cents or 0)})",
+                                    x.organization_id))
     charged = conn.execute(
         select(r.c.id, r.c.organization_id, r.c.order_id, r.c.denomination_cents, r.c.fee_cents, r.c.charged_cents)
         .join(o, o.c.id == r.c.order_id)
