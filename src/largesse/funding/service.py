@@ -211,17 +211,6 @@ _BY_REFERENCE = select(ledger_entries.c.id, ledger_entries.c.amount_cents, ledge
     ledger_entries.c.organization_id == bindparam("org"), ledger_entries.c.reference == bindparam("reference"))
 
 
-def ensure_balance(engine: Engine, organization_id: str, currency_code: str):
-    """The organization's balance in currency_code, created (in its own transaction) if missing."""
-    for _ in range(3):
-        try:
-            with db.write(engine) as conn:
-                return balance_in(conn, organization_id, currency_code, create=True)
-        except IntegrityError:  # a concurrent run created it first: the next round finds it
-            continue
-    raise RuntimeError(f"could not create the {currency_code} balance of {organization_id}")
-
-
 # References the services write themselves (topups, invoices): an operator's may not take them.
 RESERVED_REFERENCE_PREFIXES = ("topup:", "invoice:")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, and_, bindparam, select, update
+from sqlalchemy.exc import IntegrityError
 
 from largesse import db, paging
 from largesse.errors import BadRequest, Conflict
@@ -142,23 +143,27 @@ def pay(engine: Engine, invoice_id: str) -> Paid:
         found = conn.execute(select(invoices).where(invoices.c.id == invoice_id)).first()
     if found is None:
         raise UnknownInvoice(invoice_id)
-    if found.status == OPEN:
-        funding.ensure_balance(engine, found.organization_id, found.currency_code)
-    with db.write(engine) as conn:
-        source = funding.balance_in(conn, found.organization_id, found.currency_code)
-        row = None
-        if source is not None:
-            row = conn.execute(update(invoices).where(invoices.c.id == invoice_id, invoices.c.status == OPEN)
-                               .values(status=PAID, paid_at=utcnow(), funding_source_id=source.id)
-                               .returning(*invoices.c)).first()
-        if row is None:
-            current = conn.execute(select(invoices).where(invoices.c.id == invoice_id)).one()
-            return Paid(False, current.status, to_wire(current))
-        after = funding.credit(conn, funding_source_id=source.id, organization_id=row.organization_id,
-                               amount_cents=row.amount_cents, kind=LEDGER_KIND, memo=f"Invoice {row.id} paid",
-                               reference=reference(row.id))
-        webhooks.emit(conn, row.organization_id, [("INVOICES.PAID", row.id)])
-        return Paid(True, PAID, to_wire(row), after, row.amount_cents)
+    for _ in range(3):
+        try:
+            with db.write(engine) as conn:
+                row = conn.execute(update(invoices).where(invoices.c.id == invoice_id, invoices.c.status == OPEN)
+                                   .values(status=PAID, paid_at=utcnow()).returning(*invoices.c)).first()
+                if row is None:
+                    current = conn.execute(select(invoices).where(invoices.c.id == invoice_id)).one()
+                    return Paid(False, current.status, to_wire(current))
+                # Created here, in the payment's transaction: a refused payment (the invoice
+                # paid or deleted meanwhile) leaves no empty balance behind.
+                source = funding.balance_in(conn, row.organization_id, row.currency_code, create=True)
+                row = conn.execute(update(invoices).where(invoices.c.id == invoice_id)
+                                   .values(funding_source_id=source.id).returning(*invoices.c)).one()
+                after = funding.credit(conn, funding_source_id=source.id, organization_id=row.organization_id,
+                                       amount_cents=row.amount_cents, kind=LEDGER_KIND,
+                                       memo=f"Invoice {row.id} paid", reference=reference(row.id))
+                webhooks.emit(conn, row.organization_id, [("INVOICES.PAID", row.id)])
+                return Paid(True, PAID, to_wire(row), after, row.amount_cents)
+        except IntegrityError:  # a concurrent run created the balance first: the next round finds it
+            continue
+    raise RuntimeError(f"could not pay invoice {invoice_id}: the database refused three times")
 
 
 def to_wire(row) -> dict:
