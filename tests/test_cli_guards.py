@@ -396,6 +396,9 @@ def test_whole_number_options_have_ranges(org, engine, cli):
     ]:
         _usage_error(cli(*args, check=False), option)
     assert _fees(engine, org.id) == (250, 50)
+    # A kind no job has (it listed nothing, as if the queue held none), as a status is.
+    assert "--kind must be one of deliver_reward" in _one_line_error(cli("jobs", "list", "--kind", "bogus",
+                                                                         check=False))
 
 
 def test_org_fees_are_bounded_and_shown_without_options(org, engine, cli):

@@ -62,9 +62,12 @@ def jobs_list(
 ):
     """List jobs, newest first, with a count per status."""
     from largesse.delivery import jobs as job_queue
+    from largesse.delivery.tasks import KINDS
 
     if status is not None and status not in job_queue.STATUSES:
         fail(f"--status must be one of {', '.join(job_queue.STATUSES)}")
+    if kind is not None and kind not in KINDS:
+        fail(f"--kind must be one of {', '.join(KINDS)}")
     with db.read(open_engine()) as conn:
         rows = job_queue.list_jobs(conn, status=status, kind=kind, limit=limit)
         counts = job_queue.counts(conn)

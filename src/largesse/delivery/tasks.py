@@ -120,17 +120,10 @@ def run_claimed(ctx: Context, item: Claimed) -> str:
     try:
         if item.error is not None:
             raise item.error
-        if job.kind == "deliver_reward":
-            return _send(ctx, item)
-        if job.kind == "expire_rewards":
-            return expire_rewards(ctx, job)
-        if job.kind == "deliver_webhook":
-            return deliver_webhook(ctx, job)
-        if job.kind == "generate_report":
-            return generate_report(ctx, job)
-        if job.kind == dashboard_signin.JOB_KIND:  # the dashboard's sign-in email
-            return dashboard_signin.send_signin_email(ctx, job)
-        raise DeliveryError(f"unknown job kind {job.kind!r}", permanent=True)
+        handler = HANDLERS.get(job.kind)
+        if handler is None:
+            raise DeliveryError(f"unknown job kind {job.kind!r}", permanent=True)
+        return handler(ctx, item)
     except DeliveryError as exc:
         return fail(ctx, job, str(exc), permanent=exc.permanent)
     except Exception as exc:  # a bug or the database: retry with backoff, keep the worker alive
@@ -285,3 +278,14 @@ def expire_rewards(ctx: Context, job) -> str:
     with db.write(ctx.engine) as conn:
         job_queue.reschedule(conn, job, ctx.worker_id, ctx.settings.expire_interval_seconds)
     return "swept"
+
+
+# Every job kind and what runs it (run_claimed); `largesse jobs list --kind` takes these.
+HANDLERS = {
+    "deliver_reward": _send,
+    "expire_rewards": lambda ctx, item: expire_rewards(ctx, item.job),
+    "deliver_webhook": lambda ctx, item: deliver_webhook(ctx, item.job),
+    "generate_report": lambda ctx, item: generate_report(ctx, item.job),
+    dashboard_signin.JOB_KIND: lambda ctx, item: dashboard_signin.send_signin_email(ctx, item.job),  # sign-in email
+}
+KINDS = tuple(HANDLERS)
