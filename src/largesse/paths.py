@@ -189,7 +189,7 @@ def allowed_methods(request: Request) -> list[str]:
 
 def html_error_page(request: Request, status: int) -> Response | None:
     """The registered HTML page for this request's path and a 404/405 status, or None. A 405
-    keeps its status and names the methods the path takes (Allow), as the API's do."""
+    names the methods the path takes (Allow), as the API's do."""
     if status not in (404, 405):
         return None
     page = _html_prefix(request.app, request.url.path)
@@ -197,7 +197,6 @@ def html_error_page(request: Request, status: int) -> Response | None:
         return None
     response = page[1](request, status)
     if status == 405:
-        response.status_code = 405
         response.headers["Allow"] = ", ".join(allowed_methods(request))
     return response
 

@@ -280,4 +280,4 @@ def not_found_page(request: Request, status: int = 404) -> Response:
     html = TEMPLATES.get_template("dashboard/message.html").render(
         viewer=None, csrf_field="", csrf_token="", path="", sandbox=False, title="Not found",
         text="There is nothing here. Check the address, or go back to the overview.")
-    return HTMLResponse(html, status_code=404, headers=security.page_headers())
+    return HTMLResponse(html, status_code=status, headers=security.page_headers())

@@ -74,14 +74,16 @@ class RewardMail:
     delivery_meta: dict | None
     email_style: dict | None
     webpage_style: dict | None
-    field_values: dict[str, str]  # casefolded label (_key) -> value (every org field; "" when unset)
+    field_values: dict[str, str]  # casefolded label -> value (every org field; "" when unset)
     # The sender when neither the order nor the campaign names one, as on the redemption page;
     # empty: the server's LARGESSE_MAIL_FROM_NAME.
     organization_name: str = ""
 
 
 def _key(name: str) -> str:
-    """A label as placeholders match it: casefold, so that {{ GRÖSSE }} names Größe."""
+    """A placeholder's name as labels are matched: as stored (label_of: spaces folded, NFC),
+    casefolded, so that {{ GRÖSSE }} names Größe. A stored label is label_of's already: its key
+    is label.casefold()."""
     return label_of(name).casefold()
 
 
@@ -96,7 +98,7 @@ def fill_placeholders(text: str, values: dict[str, str]) -> str:
 def unknown_placeholders(text: str | None, labels) -> list[str]:
     """The placeholders in `text` that fill_placeholders leaves as written because no field
     label matches them (case-insensitively), each once, in order of appearance."""
-    known = {_key(label) for label in labels}
+    known = {label.casefold() for label in labels}
     found: list[str] = []
     for match in PLACEHOLDER.finditer(text or ""):
         name = match.group(1).strip()
@@ -157,11 +159,11 @@ class Rendered:
 
 
 def placeholder_values(labels, pairs) -> dict[str, str]:
-    """RewardMail.field_values: every label of the organization's fields (casefolded, _key) -> the
+    """RewardMail.field_values: every label of the organization's fields (casefolded) -> the
     reward's value, "" when it has none. pairs: the reward's (label, value) pairs."""
-    values = {_key(label): "" for label in labels}
+    values = {label.casefold(): "" for label in labels}
     for label, value in pairs:
-        values[_key(label)] = value
+        values[label.casefold()] = value
     return values
 
 

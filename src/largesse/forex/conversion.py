@@ -59,15 +59,28 @@ def choose_balance(conn: Connection, *, org: str, context, funding_source_id: st
 
 
 @dataclass
-class Converter:
-    """Converts the rewards of one order into the balance's currency; rates are read once."""
+class Rates:
+    """The day's exchange rates for one order: read on first need, then once (an order that
+    converts nothing reads none)."""
 
     conn: Connection
+    _table: dict = field(default_factory=dict)
+
+    def table(self) -> dict:
+        if not self._table:
+            self._table = forex.current(self.conn)
+        return self._table
+
+
+@dataclass
+class Converter:
+    """Converts the rewards of one order into the balance's currency."""
+
+    rates: Rates
     target: str
     source: str | None = None
     rate: Decimal | None = None
     rate_date: date | None = None
-    _rates: dict = field(default_factory=dict)
 
     def problem(self, currency: str) -> str | None:
         """Why rewards in `currency` cannot be paid from this balance, or None (then rate is set)."""
@@ -75,8 +88,7 @@ class Converter:
             return (f"must be {self.source}, the currency of this order's other rewards: the rewards of "
                     f"one order share one currency")
         if self.rate is None:
-            self._rates = self._rates or forex.current(self.conn)
-            found = forex.cross_rate(self._rates, currency, self.target)
+            found = forex.cross_rate(self.rates.table(), currency, self.target)
             if found is None:
                 return (f"no exchange rate from {currency} to {self.target} (the balance's currency) is configured; "
                         f"nothing was charged")
@@ -90,21 +102,14 @@ class Converter:
 @dataclass
 class FlatFee:
     """The organization's flat fee per reward (`cents`, in its `currency`) in a reward's
-    currency. No query unless a reward is in another currency and the fee is not zero; rates are
-    read once per order."""
+    currency. No query unless a reward is in another currency and the fee is not zero."""
 
-    conn: Connection
+    rates: Rates
     cents: int
     currency: str
-    _converted: dict = field(default_factory=dict)
-    _rates: dict = field(default_factory=dict)
 
     def in_currency(self, currency: str) -> int | None:
         """The fee in `currency`'s hundredths, or None when no rate converts it."""
         if not self.cents or currency == self.currency:
             return self.cents
-        if currency not in self._converted:
-            self._rates = self._rates or forex.current(self.conn)
-            found = forex.cross_rate(self._rates, self.currency, currency)
-            self._converted[currency] = None if found is None else forex.convert_cents(self.cents, found[0], currency)
-        return self._converted[currency]
+        return forex.convert_between(self.rates.table(), self.cents, self.currency, currency)

@@ -122,6 +122,13 @@ def cross_rate(rates: dict[str, Rate], source: str, target: str) -> tuple[Decima
     return rate, min(a.as_of, b.as_of)
 
 
+def convert_between(rates: dict[str, Rate], cents: int, source: str, target: str) -> int | None:
+    """An amount in hundredths of `source` in hundredths of `target`, at the cross rate, rounded
+    half up to the target's minor unit; None when either currency has no rate."""
+    found = cross_rate(rates, source, target)
+    return None if found is None else convert_cents(cents, found[0], target)
+
+
 def convert_cents(cents: int, rate: Decimal, target_currency: str) -> int:
     """An amount in hundredths of one currency -> hundredths of the target, rounded half up
     to the target's minor unit (a cent; a whole unit for 0-decimal currencies such as JPY)."""

@@ -154,8 +154,7 @@ def pay(engine: Engine, invoice_id: str) -> Paid:
                 # Created here, in the payment's transaction: a refused payment (the invoice
                 # paid or deleted meanwhile) leaves no empty balance behind.
                 source = funding.balance_in(conn, row.organization_id, row.currency_code, create=True)
-                row = conn.execute(update(invoices).where(invoices.c.id == invoice_id)
-                                   .values(funding_source_id=source.id).returning(*invoices.c)).one()
+                conn.execute(update(invoices).where(invoices.c.id == invoice_id).values(funding_source_id=source.id))
                 after = funding.credit(conn, funding_source_id=source.id, organization_id=row.organization_id,
                                        amount_cents=row.amount_cents, kind=LEDGER_KIND,
                                        memo=f"Invoice {row.id} paid", reference=reference(row.id))

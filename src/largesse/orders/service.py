@@ -338,9 +338,10 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         conn, org=org, context=context, funding_source_id=body.payment.funding_source_id,
         reward_currencies=named_currencies, loc=("payment", "funding_source_id"))
     # Rewards in another currency than the balance's convert (forex/conversion.py); None: none do.
-    fx = conversion.Converter(conn, currency) if named_currencies - {currency} else None
+    rates = conversion.Rates(conn)  # read once, by whichever of the two needs them first
+    fx = conversion.Converter(rates, currency) if named_currencies - {currency} else None
     fx_subtotal = fx_fees = 0
-    flat_fee = conversion.FlatFee(conn, caller.fee_flat_cents, caller.currency_code)
+    flat_fee = conversion.FlatFee(rates, caller.fee_flat_cents, caller.currency_code)
 
     campaign_ids = {r.campaign_id for _, r in reward_inputs if r.campaign_id}
     campaigns = campaigns_service.get_many(conn, org, campaign_ids)

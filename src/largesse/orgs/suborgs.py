@@ -103,12 +103,12 @@ def _converted(conn: Connection, settings: dict, source: str, target: str) -> di
     amounts = {column: value for column, value in settings.items() if column.endswith("_cents") and value}
     if not amounts:
         return settings
-    found = forex.cross_rate(forex.current(conn), source, target)
-    if found is None:
+    rates = forex.current(conn)
+    converted = {column: forex.convert_between(rates, value, source, target) for column, value in amounts.items()}
+    if None in converted.values():
         raise BadRequest(f"no exchange rate from {source} (the parent organization's currency) to {target} is "
                          f"configured, to convert its fees and approval threshold",
                          {"currency_code": [f"has no exchange rate from {source}"]})
-    converted = {column: forex.convert_cents(value, found[0], target) for column, value in amounts.items()}
     if converted.get("fee_flat_cents", 0) > _INT32_MAX:
         raise BadRequest(f"the parent organization's flat fee converted to {target} is more than a flat fee can be",
                          {"currency_code": ["makes the flat fee too large"]})
