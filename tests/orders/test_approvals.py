@@ -148,6 +148,22 @@ def test_errors_404_403_422(org, other_org, api, http, engine):
     assert api.approve_order(pending["id"]).order.status == "EXECUTED"
 
 
+def test_a_key_cannot_make_an_approver_while_api_approval_is_off(org, http, engine):
+    """Otherwise the key's holder adds themselves as an administrator and approves in the dashboard."""
+    member = ok(http.post("/members", json={"email": unique("clerk") + "@example.org", "role": "MEMBER"}))["member"]
+    set_policy(engine, org, "all", api_allowed=False)
+    before = ok(http.get("/members"))["members"]
+    refused = error(http.post("/members", json={"email": unique("boss") + "@example.org", "role": "ADMIN"}), 403)
+    assert refused["payload"] == {"role": ["may not be given through the API while API approval is off"]}
+    error(http.patch(f"/members/{member['id']}", json={"role": "ADMIN"}), 403)
+    assert ok(http.get("/members"))["members"] == before
+    # Roles that do not approve are still the key's to give, and the switch back restores the rest.
+    ok(http.post("/members", json={"email": unique("viewer") + "@example.org", "role": "VIEWER"}))
+    ok(http.patch(f"/members/{member['id']}", json={"role": "VIEWER"}))
+    set_policy(engine, org, "all", api_allowed=True)
+    assert ok(http.patch(f"/members/{member['id']}", json={"role": "ADMIN"}))["member"]["role"] == "ADMIN"
+
+
 def test_pending_rewards_do_not_expire_and_expiry_starts_at_approval(org, api, http, engine):
     set_policy(engine, org, "api")
     with db.write(engine) as conn:

@@ -185,7 +185,7 @@ def create_member(body: CreateMemberIn, caller: CallerDep, engine: EngineDep):
     """Add a member with a role (GET /roles). In the sandbox, members are the addresses rewards
     may be sent to."""
     row = db.retrying(service.create_member, engine, organization_id=caller.organization_id, email=body.email,
-                      name=body.name, role=body.role)
+                      name=body.name, role=body.role, via_api=True)
     return json_response({"member": service.member_to_wire(row)})
 
 
@@ -194,7 +194,7 @@ def update_member(member_id: str, body: UpdateMemberIn, caller: CallerDep, engin
     """Change a member's role; demoting the last administrator is refused (422)."""
     clean_text(member_id, "id", max_length=200)
     row = db.retrying(service.update_member_role, engine, organization_id=caller.organization_id,
-                      member_id=member_id, role=body.role)
+                      member_id=member_id, role=body.role, via_api=True)
     return json_response({"member": service.member_to_wire(row)})
 
 

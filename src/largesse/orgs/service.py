@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, exists, func, or_,
 from sqlalchemy.exc import IntegrityError
 
 from largesse import auth, codes, db
-from largesse.errors import BadRequest, NotFound, Unprocessable
+from largesse.errors import BadRequest, Forbidden, NotFound, Unprocessable
 from largesse.funding import service as funding
 from largesse.ids import new_id
 from largesse.money import format_amount
@@ -217,9 +217,27 @@ def add_member_checked(conn: Connection, *, organization_id: str, email: str, na
     return member_id
 
 
-def create_member(engine: Engine, *, organization_id: str, email: str, name: str | None, role: str):
-    """Add a member with a role; returns its row."""
+def _refuse_approver_by_key(conn: Connection, organization_id: str, role: str, doing: str) -> None:
+    """While an organization's API keys may not decide on approvals (`org approvals
+    --no-api-approval`), a key may not give anyone a role that decides either: otherwise the key's
+    holder adds themselves as an administrator and approves in the dashboard (docs/approvals.md)."""
+    if not roles.can(role, "approve_orders"):
+        return
+    allowed = conn.execute(select(organizations.c.approval_api_allowed)
+                           .where(organizations.c.id == organization_id)).scalar()
+    if allowed is False:
+        raise Forbidden(f"API keys of this organization may not {doing} a member whose role approves orders "
+                        "(API approval is off); an administrator does it in the dashboard",
+                        {"role": ["may not be given through the API while API approval is off"]})
+
+
+def create_member(engine: Engine, *, organization_id: str, email: str, name: str | None, role: str,
+                  via_api: bool = False):
+    """Add a member with a role; returns its row. via_api: asked by an API key, which may not add
+    a member who approves orders while the organization's API approval is off."""
     with db.write(engine) as conn:
+        if via_api:
+            _refuse_approver_by_key(conn, organization_id, roles.check_role(role), "add")
         member_id = add_member_checked(conn, organization_id=organization_id, email=email, name=name, role=role)
         return get_member_or_404(conn, organization_id, member_id)
 
@@ -242,13 +260,17 @@ def _refuse_last_admin(conn: Connection, organization_id: str, member, loc: str,
                             "an administrator first", {loc: ["is the last administrator"]})
 
 
-def update_member_role(engine: Engine, *, organization_id: str, member_id: str, role: str):
+def update_member_role(engine: Engine, *, organization_id: str, member_id: str, role: str,
+                       via_api: bool = False):
     """Change a member's role; 400 for an unknown role, 404 for another organization's member,
-    422 when it would demote the last administrator. Returns the updated row."""
+    422 when it would demote the last administrator, 403 when an API key (via_api) would promote
+    a member to a role that approves orders while API approval is off. Returns the updated row."""
     role = roles.check_role(role)
     with db.write(engine) as conn:
         _lock_org(conn, organization_id)
         member = get_member_or_404(conn, organization_id, member_id)
+        if via_api and member.role != role:
+            _refuse_approver_by_key(conn, organization_id, role, "promote")
         if role != roles.ADMIN:
             _refuse_last_admin(conn, organization_id, member, "role", "demote")
         conn.execute(update(members).where(members.c.id == member_id).values(role=role))
