@@ -4,7 +4,10 @@ by prefix and by the organization's recorded environment (a forged prefix cannot
 from __future__ import annotations
 
 import json
+import re
 import secrets
+
+import httpx
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -103,3 +106,56 @@ def test_migration_backfills_the_environment_from_key_prefixes(tmp_path):
         rows = dict(conn.execute(text("SELECT id, environment FROM organizations")).all())
     assert rows == {"ORGSANDBOX0001": "sandbox", "ORGPROD0000001": "production"}
     engine.dispose()
+
+
+def test_links_of_the_other_environment_are_unknown_there_and_stay_unspent(org, api, engine, server, make_server,
+                                                                           deliver):
+    """A production server neither shows nor spends a sandbox organization's dashboard sign-in
+    link, /connect link or report download, as it does not redeem its rewards; the sandbox
+    server still takes each of them afterwards."""
+    from tremendous import (
+        CreateConnectedOrganizationMemberRequest,
+        CreateConnectedOrganizationMemberSessionRequest,
+        CreateConnectedOrganizationRequest,
+        CreateReportRequest,
+    )
+
+    from largesse.dashboard import signin
+    from tests.dashboard.conftest import csrf_of, member_id, sign_in_with_link
+
+    production = make_server(environment="production")
+
+    # The dashboard's sign-in link.
+    with db.write(engine) as conn:
+        token = signin.issue_token(conn, member_id=member_id(engine, org.id, org.member_email), organization_id=org.id)
+    with httpx.Client(base_url=production.url, timeout=30) as browser:
+        assert browser.get("/dashboard/signin/link", params={"token": token}).status_code == 410
+        csrf = csrf_of(browser.get("/dashboard/signin").text)
+        spent = browser.post("/dashboard/signin/link", data={"csrf_token": csrf, "token": token})
+        assert spent.status_code == 410 and "largesse_session" not in spent.headers.get("set-cookie", "")
+    with httpx.Client(base_url=server.url, timeout=30) as browser:
+        assert sign_in_with_link(browser, signin.signin_link(server.url, token)).status_code == 303
+
+    # A connected organization member's /connect link, with a valid form from the sandbox page.
+    connected = api.create_connected_organization(CreateConnectedOrganizationRequest(
+        client_id="env-1", currency_code="USD")).connected_organization
+    member = api.create_connected_organization_member(CreateConnectedOrganizationMemberRequest(
+        connected_organization_id=connected.id, external_email="env@customer.example.com",
+        external_name="Env")).connected_organization_member
+    url = api.create_connected_organization_member_session(member.id, CreateConnectedOrganizationMemberSessionRequest(
+        return_url="https://platform.example.com/back")).connected_organization_member_session.url
+    path = url.removeprefix(server.url)
+    with httpx.Client(timeout=30) as browser:
+        page = browser.get(server.url + path)
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+        assert browser.get(production.url + path).status_code == 404
+        assert browser.post(production.url + path, data={"csrf_token": csrf}).status_code == 404
+        assert browser.post(server.url + path, data={"csrf_token": csrf}).status_code == 200
+
+    # A report's download.
+    report_id = api.create_report(CreateReportRequest.from_dict(
+        {"report_type": "digital_rewards", "format": "csv"})).report.id
+    deliver()
+    download = api.get_report(report_id).report.url.removeprefix(server.url)
+    assert httpx.get(production.url + download, timeout=30).status_code == 404
+    assert httpx.get(server.url + download, timeout=30).status_code == 200

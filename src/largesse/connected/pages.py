@@ -95,7 +95,7 @@ def _csrf_key(request: Request) -> bytes:
 def _show(request: Request, token: str) -> Response:
     with db.read(request.app.state.engine) as conn:
         try:
-            session = service.peek_session(conn, token)
+            session = service.peek_session(conn, token, request.app.state.settings.environment)
         except service.SessionError as exc:
             return _message(exc.kind)
         organization = orgs.get_org(conn, session.organization_id).name
@@ -123,7 +123,8 @@ def _spend(request: Request, token: str, body: bytes) -> Response:
         return _message("csrf")
     try:
         with db.write(request.app.state.engine) as conn:
-            member_id, organization_id, return_url, state = service.spend_session_token(conn, token)
+            member_id, organization_id, return_url, state = service.spend_session_token(
+                conn, token, request.app.state.settings.environment)
             organization = orgs.get_org(conn, organization_id)
             balance = funding.resolve(conn, organization_id, "BALANCE")
             member = conn.execute(members.select().where(members.c.id == member_id)).first()

@@ -289,10 +289,17 @@ class SessionError(Exception):
         self.kind = kind
 
 
-def _session_for(conn: Connection, token: str):
+def _orgs_of(environment: str):
+    """A server spends the sign-in links of its own environment's organizations only; another
+    environment's link is unknown to it, as its reward links are (docs/organizations.md)."""
+    return select(organizations.c.id).where(organizations.c.environment == environment)
+
+
+def _session_for(conn: Connection, token: str, environment: str):
     if not token or len(token) > 200:
         return None
-    return conn.execute(select(_SESSIONS).where(_SESSIONS.c.token_hash == hash_token(token))).first()
+    return conn.execute(select(_SESSIONS).where(_SESSIONS.c.token_hash == hash_token(token),
+                                                _SESSIONS.c.organization_id.in_(_orgs_of(environment)))).first()
 
 
 def _why_not(row) -> str | None:
@@ -305,16 +312,16 @@ def _why_not(row) -> str | None:
     return None
 
 
-def peek_session(conn: Connection, token: str):
+def peek_session(conn: Connection, token: str, environment: str):
     """The live session of a token, without spending it (the GET page); SessionError otherwise."""
-    row = _session_for(conn, token)
+    row = _session_for(conn, token, environment)
     why = _why_not(row)
     if why:
         raise SessionError(why)
     return row
 
 
-def spend_session_token(conn: Connection, token: str) -> tuple[str, str, str, str | None]:
+def spend_session_token(conn: Connection, token: str, environment: str) -> tuple[str, str, str, str | None]:
     """Spend a sign-in token once: (member_id, organization_id, return_url, state).
 
     One conditional UPDATE (unspent, unrevoked, unexpired) with RETURNING: of concurrent spends,
@@ -325,12 +332,13 @@ def spend_session_token(conn: Connection, token: str) -> tuple[str, str, str, st
     spent = conn.execute(
         update(_SESSIONS)
         .where(_SESSIONS.c.token_hash == hash_token(token), _SESSIONS.c.spent_at.is_(None),
-               _SESSIONS.c.revoked_at.is_(None), _SESSIONS.c.expires_at > now)
+               _SESSIONS.c.revoked_at.is_(None), _SESSIONS.c.expires_at > now,
+               _SESSIONS.c.organization_id.in_(_orgs_of(environment)))
         .values(spent_at=now)
         .returning(_SESSIONS.c.member_id, _SESSIONS.c.organization_id, _SESSIONS.c.return_url, _SESSIONS.c.state)
     ).first() if token and len(token) <= 200 else None
     if spent is None:
-        raise SessionError(_why_not(_session_for(conn, token)) or "used")
+        raise SessionError(_why_not(_session_for(conn, token, environment)) or "used")
     if conn.execute(select(members.c.id).where(members.c.id == spent.member_id)).first() is None:
         raise SessionError("not_found")  # the member was removed since the link was made
     return spent.member_id, spent.organization_id, spent.return_url, spent.state

@@ -219,12 +219,22 @@ def invitation_message(member, link: str, settings: Settings, invited_by: str) -
 
 # --- spending a link, sessions ------------------------------------------------------------------
 
-_LIVE_TOKEN = select(signin_tokens, members.c.email).join(members, members.c.id == signin_tokens.c.member_id)
+_LIVE_TOKEN = (select(signin_tokens, members.c.email).join(members, members.c.id == signin_tokens.c.member_id)
+               .join(organizations, organizations.c.id == members.c.organization_id))
 
 
-def peek_token(conn: Connection, token: str):
-    """The token's row when it can still be spent (the GET's confirmation page), else None."""
-    row = conn.execute(_LIVE_TOKEN.where(signin_tokens.c.token_hash == hash_secret(token))).first()
+def _members_of(environment: str):
+    """The members of the organizations of one environment: a server spends the sign-in links of
+    its own environment only, as it redeems only its own rewards (docs/organizations.md)."""
+    return select(members.c.id).join(organizations, organizations.c.id == members.c.organization_id).where(
+        organizations.c.environment == environment)
+
+
+def peek_token(conn: Connection, token: str, environment: str):
+    """The token's row when this server (of `environment`) can still spend it (the GET's
+    confirmation page), else None."""
+    row = conn.execute(_LIVE_TOKEN.where(signin_tokens.c.token_hash == hash_secret(token),
+                                         organizations.c.environment == environment)).first()
     if row is None or row.used_at is not None or row.expires_at <= utcnow():
         return None
     return row
@@ -236,15 +246,16 @@ class SignedIn:
     next_path: str | None
 
 
-def spend_token(engine: Engine, token: str) -> SignedIn | None:
+def spend_token(engine: Engine, token: str, environment: str) -> SignedIn | None:
     """Spend a sign-in token and start a session, in one transaction; None if the token is
-    unknown, used or expired. The conditional UPDATE makes exactly one of two racing POSTs win."""
+    unknown, used, expired or of the other environment's server. The conditional UPDATE makes
+    exactly one of two racing POSTs win."""
     now = utcnow()
     with db.write(engine) as conn:
         row = conn.execute(
             update(signin_tokens)
             .where(signin_tokens.c.token_hash == hash_secret(token), signin_tokens.c.used_at.is_(None),
-                   signin_tokens.c.expires_at > now)
+                   signin_tokens.c.expires_at > now, signin_tokens.c.member_id.in_(_members_of(environment)))
             .values(used_at=now)
             .returning(signin_tokens.c.member_id, signin_tokens.c.next_path)
         ).first()

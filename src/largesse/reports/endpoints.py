@@ -95,7 +95,7 @@ async def download_report(token: str, request: Request):
 
     def find():
         with db.read(engine) as conn:
-            return service.find_download(conn, token, utcnow())
+            return service.find_download(conn, token, utcnow(), request.app.state.settings.environment)
 
     row, why = await run_db(engine, db.retrying, find)
     if row is None:

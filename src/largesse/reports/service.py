@@ -201,9 +201,13 @@ def to_wire(row, link) -> dict:
     return wire
 
 
-def find_download(conn: Connection, token: str, now: datetime):
-    """(report row, None) for a valid token, or (None, why): "not_found" or "expired"."""
-    row = conn.execute(select(reports).where(reports.c.download_hash == hash_token(token))).first()
+def find_download(conn: Connection, token: str, now: datetime, environment: str):
+    """(report row, None) for a valid token, or (None, why): "not_found" or "expired". A report of
+    the other environment's organization is not found: each server serves its own environment."""
+    row = conn.execute(select(reports).where(
+        reports.c.download_hash == hash_token(token),
+        reports.c.organization_id.in_(select(organizations.c.id).where(organizations.c.environment == environment)),
+    )).first()
     if row is None or row.status != READY:
         return None, "not_found"
     if row.url_expires_at is None or row.url_expires_at <= now:

@@ -45,7 +45,7 @@ def signin_confirm(ctx):
     """Shows a button only: mail scanners that open the link must not spend it."""
     token = ctx.arg("token", max_length=100)
     with db.read(ctx.engine) as conn:
-        row = signin.peek_token(conn, token) if token else None
+        row = signin.peek_token(conn, token, ctx.settings.environment) if token else None
     if row is None:
         return _expired(ctx)
     return ctx.render("signin_confirm.html", email=row.email, token=token)
@@ -54,7 +54,7 @@ def signin_confirm(ctx):
 @route(router, "POST", "/signin/link", action=None)
 def signin_spend(ctx):
     token = ctx.form.get("token", max_length=100)
-    signed_in = signin.spend_token(ctx.engine, token) if token else None
+    signed_in = signin.spend_token(ctx.engine, token, ctx.settings.environment) if token else None
     if signed_in is None:
         return _expired(ctx)
     response = ctx.redirect(signed_in.next_path or PREFIX)
