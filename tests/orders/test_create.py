@@ -24,6 +24,7 @@ from tests.factories import (
     order_body,
     place,
     snapshot,
+    unique,
 )
 
 ID = re.compile(r"^[A-Z0-9]{12,20}$")
@@ -211,6 +212,17 @@ def test_sandbox_recipient_must_be_a_member(org, http):
     local, domain = org.member_email.split("@")
     place(http, f"{local}+tagged@{domain}")
     place(http, org.member_email.upper())
+
+
+def test_sandbox_lookalike_of_a_member_address_is_a_stranger(org, http):
+    """KELVIN SIGN lower-cases to "k" but names another mailbox: it must not pass for kim's."""
+    kim = f"kim-{unique('m')}@example.org"
+    ok(http.post("/members", json={"email": kim, "role": "MEMBER"}))
+    before = snapshot(http)
+    errors = error(http.post("/orders", json=order_body(kim.replace("k", "\u212a", 1))), 400)
+    assert "email" in errors["payload"]["reward"]["recipient"]
+    assert snapshot(http) == before
+    place(http, kim.replace("k", "K", 1))
 
 
 def test_sandbox_member_rule_per_reward_and_per_organization(org, other_org, http):
