@@ -8,7 +8,6 @@ import re
 import secrets
 
 import httpx
-
 import pytest
 from sqlalchemy import create_engine, text
 
