@@ -15,6 +15,7 @@ from tremendous import (
     CreateConnectedOrganizationMemberSessionRequest,
     CreateConnectedOrganizationRequest,
     CreateConnectedOrganizationRequestKybPrefill,
+    CreateOrganizationRequest,
     CreateWebhookRequest,
 )
 from tremendous.exceptions import BadRequestException, NotFoundException, UnauthorizedException
@@ -247,6 +248,14 @@ def test_deleting_the_connection_ends_links_and_keys(org, api, engine):
         _, key = auth.issue_key(conn, organization_id=connected.organization.id)
     customer = Org(connected.organization.id, key, "", "", org.base_url).api()
     assert customer.list_members().members[0].email == "alice@customer.example.com"
+    # The customer's own sub-organization, and its sub-organization, each with a key.
+    child = customer.create_organization(CreateOrganizationRequest(
+        name="Customer Child", website="https://child.example.com", with_api_key=True)).organization
+    child_api = Org(child.id, child.api_key, "", "", org.base_url).api()
+    grandchild = child_api.create_organization(CreateOrganizationRequest(
+        name="Customer Grandchild", website="https://grandchild.example.com", with_api_key=True)).organization
+    grandchild_api = Org(grandchild.id, grandchild.api_key, "", "", org.base_url).api()
+    assert grandchild_api.list_funding_sources().funding_sources
     signed_in = httpx.Client(base_url=org.base_url)  # Alice, in the dashboard through the platform
     action, csrf = _confirm(signed_in, _session(api, member.id).url)
     assert signed_in.post(action, data={"csrf_token": csrf}).status_code == 200
@@ -266,8 +275,12 @@ def test_deleting_the_connection_ends_links_and_keys(org, api, engine):
             members.c.organization_id == connected.organization.id)).first() is None
     with pytest.raises(NotFoundException):
         _session(api, member.id)
-    with pytest.raises(UnauthorizedException):
-        customer.list_members()
+    for ended in (customer, child_api, grandchild_api):  # the keys of its own sub-organizations end too
+        with pytest.raises(UnauthorizedException):
+            ended.list_members()
+    with db.read(engine) as conn:
+        assert conn.execute(select(members.c.id).where(
+            members.c.organization_id.in_([child.id, grandchild.id]))).first() is None
     # The organization and its money stay.
     assert api.get_organization(connected.organization.id).organization.id == connected.organization.id
 

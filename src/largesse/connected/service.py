@@ -125,23 +125,27 @@ def delete_connected_org(conn: Connection, platform_id: str, connected_id: str):
     """End the connection: the connected organization's API keys are revoked, its members are
     removed (their dashboard sessions and sign-in links die with them: a platform's user kept
     signing in to the dashboard, and issuing keys there), and it leaves the platform's lists.
-    The organization itself, its balance and its ledger stay (money is never deleted); the
-    operator's CLI still reaches them. Returns the row as it was."""
+    The same holds for the sub-organizations it created (POST /organizations with its key), and
+    theirs: a key of one of them kept working, out of the platform's sight. The organizations
+    themselves, their balances and ledgers stay (money is never deleted); the operator's CLI
+    still reaches them. Returns the row as it was."""
     row = get_connected_org(conn, platform_id, connected_id)
     now = utcnow()
     ended = conn.execute(update(_CO).where(_CO.c.id == connected_id, _CO.c.deleted_at.is_(None))
                          .values(deleted_at=now)).rowcount
     if ended != 1:  # a concurrent delete won
         raise NotFound(f"Connected organization {connected_id} not found", {"id": ["not found"]})
-    conn.execute(update(api_keys).where(api_keys.c.organization_id == row.organization_id,
+    ended_orgs = [row.organization_id, *orgs.descendants(conn, row.organization_id)]
+    conn.execute(update(api_keys).where(api_keys.c.organization_id.in_(ended_orgs),
                                         api_keys.c.revoked_at.is_(None)).values(revoked_at=now))
     conn.execute(update(_CM).where(_CM.c.connected_organization_id == connected_id, _CM.c.deleted_at.is_(None))
                  .values(deleted_at=now))
     conn.execute(update(_SESSIONS).where(_SESSIONS.c.organization_id == row.organization_id,
                                          _SESSIONS.c.revoked_at.is_(None)).values(revoked_at=now))
-    for member_id in conn.execute(select(members.c.id).where(members.c.organization_id == row.organization_id)
-                                  .order_by(members.c.id)).scalars().all():
-        orgs.remove_member_in(conn, row.organization_id, member_id, keep_last_admin=False)
+    for org_id, member_id in conn.execute(select(members.c.organization_id, members.c.id)
+                                          .where(members.c.organization_id.in_(ended_orgs))
+                                          .order_by(members.c.organization_id, members.c.id)).all():
+        orgs.remove_member_in(conn, org_id, member_id, keep_last_admin=False)
     return row
 
 

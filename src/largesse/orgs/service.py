@@ -330,6 +330,18 @@ def visible_orgs(conn: Connection, organization_id: str, *, sub_organizations: b
     return [own, *children]
 
 
+def descendants(conn: Connection, organization_id: str) -> list[str]:
+    """The sub-organizations an organization created, theirs, and so on (breadth first)."""
+    found: list[str] = []
+    level = [organization_id]
+    while level:
+        level = conn.execute(select(organizations.c.id).where(organizations.c.parent_organization_id.in_(level))
+                             .order_by(organizations.c.id)).scalars().all()
+        level = [org for org in level if org not in found and org != organization_id]
+        found.extend(level)
+    return found
+
+
 def visible_org_or_404(conn: Connection, caller_org: str, organization_id: str):
     row = get_org(conn, organization_id)
     if row is None or (row.id != caller_org and row.parent_organization_id != caller_org):
