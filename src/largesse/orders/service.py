@@ -27,7 +27,7 @@ from largesse.catalog import service as catalog
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
-from largesse.errors import ApiError, BadRequest, Conflict, NotFound, payload_from
+from largesse.errors import ApiError, BadRequest, Conflict, NotFound, PaymentRequired, payload_from
 from largesse.fields import service as fields_service
 from largesse.fields.models import fields as _fields
 from largesse.forex import conversion
@@ -192,6 +192,7 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
     fingerprint = request_hash(body)
     reward_inputs = _reward_inputs(body)
     probes = _Probes.of(body, reward_inputs, sandbox=settings.sandbox)
+    org = None
     try:
         # On PostgreSQL the order's writes are one statement (pg_write): db.write runs the block
         # without BEGIN/COMMIT round trips then, the statement being its own transaction.
@@ -206,10 +207,13 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
                          reward_inputs=reward_inputs, channel=channel)
             plan.errors.raise_any()
             links = _write(conn, plan, fingerprint, body.external_id, has_webhook=context.has_webhook)
-    except IntegrityError:
-        if body.external_id is None:
+    except (IntegrityError, PaymentRequired):
+        if body.external_id is None or org is None:
             raise
-        # A concurrent request with the same external_id committed first.
+        # A concurrent request with the same external_id committed first: the unique index
+        # refused this one, or (PostgreSQL, one statement that debits before it inserts) the
+        # original took the last of the balance this one waited for. The client retried an order
+        # that exists: 201 with it (409 for other parameters), not 402.
         with db.write(engine) as conn:
             replay = _replay(conn, org, body.external_id, fingerprint, settings.public_url)
         if replay is None:
