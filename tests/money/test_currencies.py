@@ -126,6 +126,26 @@ def test_a_eur_balance_pays_the_flat_fee_converted(org, http, cli):
     assert ledger_problems(cli, org.id) == []
 
 
+def test_the_approval_threshold_is_converted_to_the_paying_balances_currency(org, http, cli, tmp_path,
+                                                                           default_rates):
+    """100.00 USD is 92.15 EUR at the default rate: a 95 EUR order from the EUR balance is above it
+    (it escaped approval when the threshold was compared as 100.00 EUR)."""
+    cli("org", "approvals", "--org", org.id, "--mode", "above", "--above", "100.00")
+    cli("balance", "fund", "--org", org.id, "--amount", "1000", "--memo", "EUR wire", "--currency", "EUR")
+    statuses = {amount: ok(http.post("/orders", json=_eur_body(org.member_email, denomination=amount)))["order"][
+        "status"] for amount in (92.15, 92.16)}
+    assert statuses == {92.15: "EXECUTED", 92.16: "PENDING APPROVAL"}
+    in_usd = ok(http.post("/orders", json=order_body(org.member_email, denomination=95)))["order"]
+    assert in_usd["payment"]["currency_code"] == "USD" and in_usd["status"] == "EXECUTED"
+    # Without a rate between the two currencies, the order waits for a person.
+    path = tmp_path / "rates.csv"
+    path.write_text("currency_code,rate,date\nUSD,1,2026-11-20\nGBP,0.79,2026-11-20\n")
+    cli("forex", "import", str(path))
+    assert ok(http.post("/orders", json=_eur_body(org.member_email, denomination=30)))["order"][
+        "status"] == "PENDING APPROVAL"
+    assert ledger_problems(cli, org.id) == []
+
+
 def test_a_flat_fee_without_a_rate_to_the_rewards_currency_is_400(org, http, cli, tmp_path, default_rates):
     cli("org", "fees", "--org", org.id, "--flat", "0.50")
     cli("balance", "fund", "--org", org.id, "--amount", "100", "--memo", "EUR wire", "--currency", "EUR")

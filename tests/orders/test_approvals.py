@@ -190,7 +190,8 @@ def test_pending_rewards_do_not_expire_and_expiry_starts_at_approval(org, api, h
 
 def test_cli_sets_the_policy_and_a_member_decides(org, api, http, cli):
     shown = json.loads(cli("org", "approvals", "--org", org.id, "--json").stdout)
-    assert shown == {"organization_id": org.id, "mode": "off", "above": None, "api_approval_allowed": True}
+    assert shown == {"organization_id": org.id, "mode": "off", "above": None, "currency_code": "USD",
+                     "api_approval_allowed": True}
     out = cli("org", "approvals", "--org", org.id, "--mode", "above", "--above", "100.00", "--no-api-approval")
     assert "above 100.00" in out.stdout and "may not approve" in out.stdout
     assert cli("org", "approvals", "--org", org.id, "--mode", "sometimes", check=False).returncode != 0
@@ -232,8 +233,10 @@ def test_a_yen_threshold_is_whole_yen(engine, server, cli):
     refused = cli("org", "approvals", "--org", yen.id, "--above", "100.50", check=False)
     assert refused.returncode == 1 and "whole units" in refused.stderr, refused.stderr
     assert json.loads(cli("org", "approvals", "--org", yen.id, "--json").stdout)["mode"] == "off"
-    cli("org", "approvals", "--org", yen.id, "--above", "100")
-    assert json.loads(cli("org", "approvals", "--org", yen.id, "--json").stdout)["mode"] == "above"
+    shown = cli("org", "approvals", "--org", yen.id, "--above", "100").stdout
+    assert "orders above 100 JPY need approval" in shown, shown
+    policy = json.loads(cli("org", "approvals", "--org", yen.id, "--json").stdout)
+    assert (policy["mode"], policy["above"], policy["currency_code"]) == ("above", "100", "JPY")
 
 
 def test_create_order_request_through_client_is_unchanged_by_replay(org, api, engine):

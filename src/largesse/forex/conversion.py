@@ -71,6 +71,13 @@ class Rates:
             self._table = forex.current(self.conn)
         return self._table
 
+    def convert(self, cents: int, source: str, target: str) -> int | None:
+        """An amount of the organization's (a fee, a threshold) in `target`'s hundredths, or None
+        when no rate converts it. No query when nothing converts."""
+        if not cents or source == target:
+            return cents
+        return forex.convert_between(self.table(), cents, source, target)
+
 
 @dataclass
 class Converter:
@@ -110,6 +117,4 @@ class FlatFee:
 
     def in_currency(self, currency: str) -> int | None:
         """The fee in `currency`'s hundredths, or None when no rate converts it."""
-        if not self.cents or currency == self.currency:
-            return self.cents
-        return forex.convert_between(self.rates.table(), self.cents, self.currency, currency)
+        return self.rates.convert(self.cents, self.currency, currency)

@@ -9,16 +9,17 @@ import typer
 
 from largesse import db
 from largesse.cli_common import JsonFlag, OrgOption, emit, fail, open_engine, require_org
-from largesse.money import format_amount
+from largesse.money import amount_in
 
 orders_app = typer.Typer(help="Orders waiting for approval.", no_args_is_help=True)
 
 
-def _policy_text(org: str, policy) -> str:
+def _policy_text(org: str, policy, currency_code: str) -> str:
     mode = {"off": "no order needs approval", "api": "orders placed through the API need approval",
             "all": "every order needs approval"}.get(policy.mode)
     if mode is None:
-        mode = f"orders above {format_amount(policy.above_cents)} need approval"
+        mode = (f"orders above {amount_in(policy.above_cents, currency_code)} {currency_code} need approval "
+                "(converted for a balance in another currency)")
     api = "API keys may approve and reject" if policy.api_allowed else "API keys may not approve or reject (403)"
     return f"approvals of {org}: {mode}; {api}"
 
@@ -59,8 +60,9 @@ def org_approvals(
             except ValueError as exc:
                 fail(str(exc))
     emit({"organization_id": org, "mode": policy.mode,
-          "above": format_amount(policy.above_cents) if policy.above_cents is not None else None,
-          "api_approval_allowed": policy.api_allowed}, as_json, _policy_text(org, policy))
+          "above": amount_in(policy.above_cents, row.currency_code) if policy.above_cents is not None else None,
+          "currency_code": row.currency_code,
+          "api_approval_allowed": policy.api_allowed}, as_json, _policy_text(org, policy, row.currency_code))
 
 
 @orders_app.command("pending")
@@ -71,7 +73,7 @@ def orders_pending(org: OrgOption, as_json: JsonFlag = False):
     with db.read(open_engine()) as conn:
         require_org(conn, org)
         rows = approvals.list_pending(conn, org, limit=500)
-    data = [{"id": r.id, "external_id": r.external_id, "total": format_amount(r.total_cents),
+    data = [{"id": r.id, "external_id": r.external_id, "total": amount_in(r.total_cents, r.currency_code),
              "currency_code": r.currency_code, "created_at": str(r.created_at)} for r in rows]
     emit({"orders": data}, as_json, "\n".join(
         f"{d['id']}  {d['total']} {d['currency_code']}  {d['created_at']}  {d['external_id'] or ''}" for d in data)

@@ -470,8 +470,13 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
     subtotal, fees = sum(value for value, _ in costs), sum(fee for _, fee in costs)
     # An order that needs approval is paid now (held in pending_cents) and delivered at approval.
     status = "EXECUTED"
-    if approvals.needs_approval(context.approval_mode, context.approval_above_cents, channel=channel,
-                                total_cents=subtotal + fees):
+    # The threshold is in the organization's currency, the total in the balance's: converted (no
+    # rate between them: the order waits for a person, rather than escaping the rule).
+    above = context.approval_above_cents
+    if context.approval_mode == "above" and above is not None and currency != caller.currency_code:
+        above = rates.convert(above, caller.currency_code, currency)
+        above = -1 if above is None else above
+    if approvals.needs_approval(context.approval_mode, above, channel=channel, total_cents=subtotal + fees):
         status = approvals.PENDING
         job_rows, link_ids = [], []
         for row in reward_rows:
