@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -16,6 +17,7 @@ MAX_CUSTOM_FIELDS = 100  # per reward; so also the most labels GET /rewards can 
 
 DELIVERY_METHODS = ("EMAIL", "LINK", "PHONE")
 MAX_REWARDS_PER_ORDER = 500
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # a calendar date as API.md §0 writes it
 
 
 class ValueIn(Wire):
@@ -81,12 +83,17 @@ class RewardIn(Wire):
     @classmethod
     def date_of_date_time(cls, value: Any) -> Any:
         """A date-time (JavaScript's toISOString(): 2026-12-01T00:00:00.000Z) counts as its
-        date as written; the time part and offset are ignored (API.md §2.1)."""
+        date as written; the time part and offset are ignored (API.md §2.1). Nothing else is a
+        date: not a number, which pydantic's lax mode would read as Unix seconds."""
+        if value is None:
+            return None
         if isinstance(value, str) and len(value) > 10 and value[10:11] in ("T", "t", " "):
             try:
                 return dt.datetime.fromisoformat(value.replace("z", "Z")).date()
             except ValueError:
                 raise ValueError("must be a date (YYYY-MM-DD) or an ISO 8601 date-time") from None
+        if not isinstance(value, str) or not _DATE.fullmatch(value):
+            raise ValueError("must be a date (YYYY-MM-DD) or an ISO 8601 date-time")
         return value
 
     @model_validator(mode="after")

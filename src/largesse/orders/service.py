@@ -438,6 +438,9 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         else:
             costs.append((cents, fee))
         scheduled = r.deliver_at is not None and r.deliver_at > today and method != "LINK"
+        # A scheduled reward is sent on its day (UTC midnight); its expiry runs from then, as an
+        # approved one's runs from the approval: it cannot expire before the recipient has it.
+        delivers = datetime.combine(r.deliver_at, datetime.min.time()) if scheduled else now
         expiry_days = (campaign.reward_expiry_days if campaign and campaign.reward_expiry_days
                        else caller.reward_expiry_days or settings.reward_expiry_days)
         reward_rows.append({
@@ -449,7 +452,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
             "delivery_meta": r.delivery.meta.model_dump(exclude_none=True) if r.delivery.meta else None,
             "delivered_at": now if method == "LINK" else None,
             "deliver_at": r.deliver_at, "language": r.language, "status": "ACTIVE",
-            "expires_at": now + timedelta(days=expiry_days) if expiry_days else None,
+            "expires_at": delivers + timedelta(days=expiry_days) if expiry_days else None,
             "created_at": now,
         })
         if fx is not None:
@@ -464,9 +467,8 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         if method == "LINK":
             link_ids.append(reward_id)
         else:
-            run_after = datetime.combine(r.deliver_at, datetime.min.time()) if scheduled else now
             job_rows.append(job_queue.queued_row(kind="deliver_reward", organization_id=org, reward_id=reward_id,
-                                                 run_after=run_after, now=now))
+                                                 run_after=delivers, now=now))
     subtotal, fees = sum(value for value, _ in costs), sum(fee for _, fee in costs)
     # An order that needs approval is paid now (held in pending_cents) and delivered at approval.
     status = "EXECUTED"
