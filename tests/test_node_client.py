@@ -50,7 +50,10 @@ def test_every_response_fits_the_node_clients_types(org, engine, http, deliver):
     assert "under review" in redeem(link, ip=fake_ip())  # 10.x: a private address, no country
     report = _run(org, read_only_key=read_only, failed_order=failed["id"], failed_reward=failed["rewards"][0]["id"],
                   null_rule_campaign=null_rule["id"], flagged_reward=flagged)
-    assert len(report["calls"]) >= 25, report["calls"]
+    assert len(report["calls"]) >= 45, report["calls"]
+    called = {c["name"] for c in report["calls"]}
+    assert {"listFraudRules", "createInvoice", "createTopup", "getReport", "createConnectedOrganizationMemberSession",
+            "createOrganization", "createApiKey", "createMember"} <= called, called
     assert report["problems"] == [], "\n".join(report["problems"])
 
 
@@ -91,14 +94,21 @@ def test_the_checker_catches_what_the_declarations_forbid():
       const { check } = checker();
       const reward = { id: "R1", recipient: { name: null, email: null }, value: { denomination: "5" } };
       const order = { id: "O1", created_at: "2026-01-01T00:00:00.000Z", status: "SHIPPED" };
+      const rule = { rule_type: "review_ip", config: null };
       process.stdout.write(JSON.stringify([check({ reward }, "GetReward200Response"),
                                            check({ order }, "GetOrder200Response"),
                                            check({ order: { ...order, status: "PENDING APPROVAL" } },
-                                                 "GetOrder200Response")]));
+                                                 "GetOrder200Response"),
+                                           // The enum after an object type ending "} | null;" is read too.
+                                           check({ fraud_rules: [rule] }, "ListFraudRules200Response"),
+                                           check({ fraud_rules: [{ ...rule, rule_type: "review_moon" }] },
+                                                 "ListFraudRules200Response")]));
     """
     result = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    reward_problems, order_problems, fine = json.loads(result.stdout)
+    reward_problems, order_problems, fine, rule_fine, rule_problems = json.loads(result.stdout)
+    assert rule_fine == [], rule_fine
+    assert any("review_moon" in p for p in rule_problems), rule_problems
     assert any("recipient.email: null" in p for p in reward_problems), reward_problems
     assert not any("recipient.name" in p for p in reward_problems), reward_problems  # name is nullable
     assert any("denomination: string" in p for p in reward_problems), reward_problems

@@ -137,6 +137,57 @@ async function main() {
     if ("private_key" in seen.webhook) problems.push("a read-only key saw the webhook's private_key");
     await call("listWebhooks(read-only key)", "ListWebhooks200Response", new tremendous.WebhooksApi(readOnly).listWebhooks());
   }
+  await restOfTheApi(organizations, members);
+}
+
+// The operations API.md adds beyond the core: fraud rules, invoices, top-ups, reports, connected
+// organizations and their members, sub-organizations, keys and members.
+async function restOfTheApi(organizations, members) {
+  const stamp = Date.now();
+  const rules = await call("listFraudRules", "ListFraudRules200Response", api(tremendous.FraudRulesApi).listFraudRules());
+  if (rules.fraud_rules.length === 0) problems.push("listFraudRules listed nothing (the test sets review_ip)");
+
+  const invoices = api(tremendous.InvoicesApi);
+  const invoice = await call("createInvoice", "CreateInvoice200Response",
+    invoices.createInvoice({ amount: 120.5, po_number: `PO-${stamp}` }));
+  await call("getInvoice", "CreateInvoice200Response", invoices.getInvoice(invoice.invoice.id));
+  await call("listInvoices", "ListInvoices200Response", invoices.listInvoices());
+
+  const topups = api(tremendous.TopupsApi);
+  const topup = await call("createTopup", "CreateTopup200Response",
+    topups.createTopup({ funding_source_id: "BALANCE", idempotency_key: `node-${stamp}`, amount: 10.25 }));
+  await call("getTopup", "CreateTopup200Response", topups.getTopup(topup.topup.id));
+  await call("listTopups", "ListTopups200Response", topups.listTopups());
+
+  const reports = api(tremendous.ReportsApi);
+  const report = await call("createReport", "CreateReport200Response",
+    reports.createReport({ report_type: "digital_rewards", format: "csv" }));
+  await call("getReport", "CreateReport200Response", reports.getReport(report.report.id));
+
+  const connectedApi = api(tremendous.ConnectedOrganizationsApi);
+  const connected = (await call("createConnectedOrganization", "CreateConnectedOrganization200Response",
+    connectedApi.createConnectedOrganization({ client_id: `node-${stamp}` }))).connected_organization;
+  await call("getConnectedOrganization", "CreateConnectedOrganization200Response",
+    connectedApi.getConnectedOrganization(connected.id));
+  await call("listConnectedOrganizations", "ListConnectedOrganizations200Response",
+    connectedApi.listConnectedOrganizations());
+  const connectedMembers = api(tremendous.ConnectedOrganizationMembersApi);
+  const member = (await call("createConnectedOrganizationMember", "CreateConnectedOrganizationMember200Response",
+    connectedMembers.createConnectedOrganizationMember({
+      connected_organization_id: connected.id, external_email: `node-${stamp}@customer.example.com`,
+      external_name: "Node Customer" }))).connected_organization_member;
+  await call("getConnectedOrganizationMember", "CreateConnectedOrganizationMember200Response",
+    connectedMembers.getConnectedOrganizationMember(member.id));
+  await call("listConnectedOrganizationMembers", "ListConnectedOrganizationMembers200Response",
+    connectedMembers.listConnectedOrganizationMembers(connected.id));
+  await call("createConnectedOrganizationMemberSession", "CreateConnectedOrganizationMemberSession200Response",
+    connectedMembers.createConnectedOrganizationMemberSession(member.id, { return_url: "https://platform.example.com/back" }));
+
+  await call("createOrganization", "CreateOrganization200Response", organizations.createOrganization({
+    name: `Node child ${stamp}`, website: "https://child.example.com", with_api_key: true }));
+  await call("createApiKey", "CreateApiKey200Response", organizations.createApiKey());
+  await call("createMember", "CreateMember200Response",
+    members.createMember({ email: `node-${stamp}@example.org`, role: "MEMBER" }));
 }
 
 async function approvalsFlow() {

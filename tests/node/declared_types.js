@@ -31,10 +31,16 @@ function load(dtsPath) {
         current[m[1]] = { optional: m[2] === "?", type: m[3].trim() };
       } else if (depth === 1 && (m = line.match(/^    '([^']+)'(\??): \{$/))) {
         current[m[1]] = { optional: m[2] === "?", type: "object" };
+        current.__nested = m[1];
         depth += 1;
-      } else if (/^\s*\};?$/.test(line)) {
+      } else if ((m = line.match(/^\s*\}( \| null)?;?$/))) {
+        // A nested object's type may end "} | null;" (FraudRulesListItem's 'config'): nullable.
         depth -= 1;
-        if (depth === 0) current = null;
+        if (depth === 1 && m[1] && current.__nested) current[current.__nested].type = "object | null";
+        if (depth === 0) {
+          delete current.__nested;
+          current = null;
+        }
       }
       continue;
     }
