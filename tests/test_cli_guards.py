@@ -107,6 +107,8 @@ def test_serve_on_a_port_in_use_is_one_line_and_starts_nothing(tmp_path):
 @pytest.mark.parametrize(("setting", "expected"), [
     ({"LARGESSE_SMTP_URL": "smtp//127.0.0.1:2525"}, "must start with smtp:// or smtps://"),
     ({"LARGESSE_SMTP_URL": "smtp://127.0.0.1:notaport"}, "cannot deliver email"),
+    ({"LARGESSE_SMTP_URL": "smtp://127.0.0.1:2525?starttls=maybe"}, "starttls must be one of"),
+    ({"LARGESSE_SMTP_URL": "smtp://127.0.0.1:2525?tls=1"}, "takes one query parameter, starttls; not tls"),
     ({"LARGESSE_MAIL_DIR": "/proc/largesse-no-such-dir"}, "cannot deliver email"),
 ])
 def test_a_transport_that_cannot_send_stops_worker_and_serve_in_one_line(tmp_path, setting, expected):

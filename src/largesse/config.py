@@ -230,15 +230,26 @@ def _seconds(raw: str, name: str, *, zero: bool = False) -> float:
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
-def _flag(raw: str, name: str) -> bool:
-    """An on/off setting, in any capitals; anything else is refused rather than guessed (a
-    `False` read as on turned LARGESSE_CANCEL_ANY_UNREDEEMED on)."""
+def on_off(raw: str) -> bool | None:
+    """The one reading of an on/off value, in any capitals: True, False, or None for anything
+    else (which the caller refuses rather than guesses)."""
     if raw.lower() in _TRUE:
         return True
     if raw.lower() in _FALSE:
         return False
-    raise ValueError(f"LARGESSE_{name} must be one of {'/'.join(_TRUE)} (on) or {'/'.join(_FALSE)} (off), "
-                     f"not {raw!r}")
+    return None
+
+
+ON_OFF_WORDS = f"one of {'/'.join(_TRUE)} (on) or {'/'.join(_FALSE)} (off)"
+
+
+def _flag(raw: str, name: str) -> bool:
+    """An on/off setting; anything else is refused rather than guessed (a `False` read as on
+    turned LARGESSE_CANCEL_ANY_UNREDEEMED on)."""
+    value = on_off(raw)
+    if value is None:
+        raise ValueError(f"LARGESSE_{name} must be {ON_OFF_WORDS}, not {raw!r}")
+    return value
 
 
 MAX_EXPIRY_DAYS = 3650

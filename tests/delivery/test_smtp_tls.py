@@ -212,6 +212,17 @@ def test_reward_email_over_tls_with_login(mode, cert, trust, pki, org, http, fas
     assert row.delivery_status == "SUCCEEDED" and [j.status for j in job_rows(engine, reward_id)] == ["done"]
 
 
+@pytest.mark.parametrize("spelled", ["on", "ON", "Yes", "TRUE", "1"])
+def test_starttls_is_read_as_every_on_off_setting(spelled, pki, org, http, fast, drain):
+    """`starttls=on` was read as off: the password and the message went in clear."""
+    with TlsSink("starttls", pki["good"]) as server:
+        place(http, org.member_email)
+        url = server.url().replace("starttls=true", f"starttls={spelled}")
+        drain(fast(smtp_url=url, smtp_ca_file=str(pki["ca"])))
+        assert (org.member_email, True, USER) in server.handler.received
+        assert server.handler.logins and all(tls for _, _, tls in server.handler.logins)
+
+
 def test_wrong_password_is_a_temporary_failure_until_fixed(pki, org, http, fast, drain, engine):
     """A refused login is our configuration, not the recipient's fault: the job waits for a
     retry (up to max_attempts, then FAILED), and goes out once the password is right."""

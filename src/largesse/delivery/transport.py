@@ -39,6 +39,8 @@ from email.utils import getaddresses
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from largesse.config import ON_OFF_WORDS, on_off
+
 log = logging.getLogger("largesse.delivery")
 
 # Sandbox test recipients (docs/sandbox.md): the +tag of the local part picks the outcome.
@@ -131,9 +133,16 @@ class SmtpTransport:
         parts = urlsplit(url)
         if parts.scheme not in ("smtp", "smtps"):
             raise ValueError("LARGESSE_SMTP_URL must start with smtp:// or smtps://")
-        query = {k: v[-1].lower() for k, v in parse_qs(parts.query).items()}
+        query = parse_qs(parts.query, keep_blank_values=True)
+        unknown = sorted(set(query) - {"starttls"})
+        if unknown:
+            raise ValueError(f"LARGESSE_SMTP_URL takes one query parameter, starttls; not {', '.join(unknown)}")
         self.ssl = parts.scheme == "smtps"
-        self.starttls = query.get("starttls") in ("1", "true", "yes")
+        # Read as every on/off setting is, and refused otherwise: `starttls=on` read as off sent
+        # the password and the mail in clear.
+        self.starttls = on_off(query["starttls"][-1]) if "starttls" in query else False
+        if self.starttls is None:
+            raise ValueError(f"LARGESSE_SMTP_URL's starttls must be {ON_OFF_WORDS}, not {query['starttls'][-1]!r}")
         self.host = parts.hostname or "localhost"
         self.port = parts.port or (465 if self.ssl else 25)
         self.user = unquote(parts.username) if parts.username else None
