@@ -109,3 +109,32 @@ def test_backup_refuses_to_overwrite_and_explains_postgresql(engine, database_ur
         assert not (tmp_path / "new.dump").exists()
     else:
         assert "already exists" in result.stderr
+
+
+def test_backup_takes_the_webhook_key_file_along(tmp_path, backend):
+    """Without LARGESSE_SECRET_KEY, a copy without the generated key file restores webhooks that
+    cannot sign: the key goes beside the copy, where a server pointed at the copy finds it."""
+    if backend != "sqlite":
+        pytest.skip("the SQLite backup runs on its own database file")
+    live = tmp_path / "live"
+    live.mkdir()
+    url = f"sqlite:///{live / 'largesse.sqlite3'}"
+    _largesse("db", "upgrade", url=url, cwd=tmp_path)
+    (live / "largesse-secret.key").write_text("the-generated-secret\n")
+    env_without_secret = {k: v for k, v in os.environ.items() if k != "LARGESSE_SECRET_KEY"}
+    out = tmp_path / "backups"
+    out.mkdir()
+
+    def backup(name: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).parent / "largesse"), "db", "backup", str(out / name)],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                              env={**env_without_secret, "LARGESSE_DATABASE_URL": url})
+
+    first = backup("one.sqlite3")
+    assert first.returncode == 0 and "copied the webhook key file" in first.stdout, first.stderr
+    assert (out / "largesse-secret.key").read_text() == "the-generated-secret\n"
+    assert (out / "largesse-secret.key").stat().st_mode & 0o777 == 0o600
+    (out / "largesse-secret.key").write_text("another\n")
+    second = backup("two.sqlite3")
+    assert second.returncode == 0 and "is another key file" in second.stderr, second
+    assert (out / "largesse-secret.key").read_text() == "another\n"  # never overwritten

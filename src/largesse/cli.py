@@ -236,6 +236,32 @@ def db_backup(path: Annotated[str, typer.Argument(help="File to write (must not 
     finally:
         partial.unlink(missing_ok=True)
     typer.echo(f"backed up {source_path} to {target} ({target.stat().st_size} bytes)")
+    if not settings.secret_keys:
+        _keep_key_file_with(settings.database_url, target)
+
+
+def _keep_key_file_with(database_url: str, target) -> None:
+    """Without LARGESSE_SECRET_KEY, webhook signing keys are encrypted with a generated key file
+    beside the database: a copy without it restores webhooks that cannot sign (409). It goes
+    beside the copy too, where a server pointed at the copy looks for it."""
+    import shutil
+
+    from largesse.webhooks.crypto import KEY_FILE_NAME, key_file_path
+
+    key = key_file_path(database_url)
+    if not key.is_file():
+        return
+    beside = target.parent / KEY_FILE_NAME
+    if beside.resolve() == key.resolve():
+        typer.echo(f"the webhook key file {key} is in the same folder: keep it with the copy")
+    elif not beside.exists():
+        shutil.copyfile(key, beside)
+        beside.chmod(0o600)
+        typer.echo(f"copied the webhook key file to {beside} (LARGESSE_SECRET_KEY is unset: webhook signing "
+                   "keys are encrypted with it); restore it together with the database")
+    elif beside.read_bytes() != key.read_bytes():
+        typer.echo(f"warning: {beside} is another key file than {key}, which this database's webhook signing keys "
+                   "are encrypted with; keep a copy of that one with the backup", err=True)
 
 
 # --- organizations, members, keys -------------------------------------------------------------
