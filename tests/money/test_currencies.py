@@ -126,6 +126,21 @@ def test_a_eur_balance_pays_the_flat_fee_converted(org, http, cli):
     assert ledger_problems(cli, org.id) == []
 
 
+def test_a_cross_rate_that_rounds_to_zero_converts_nothing(org, http, cli, tmp_path, default_rates):
+    """A mistyped rate (EUR 0.000000000001 per USD) made a 500 USD reward cost 0 EUR."""
+    cli("balance", "fund", "--org", org.id, "--amount", "100", "--memo", "EUR wire", "--currency", "EUR")
+    path = tmp_path / "rates.csv"
+    path.write_text("currency_code,rate,date\nUSD,1,2026-11-20\nEUR,0.000000000001,2026-11-20\n")
+    cli("forex", "import", str(path))
+    eur = _sources(http)["EUR"]
+    body = order_body(org.member_email, denomination=500)
+    body["reward"]["value"]["currency_code"] = "USD"
+    body["payment"]["funding_source_id"] = eur["id"]
+    errors = error(http.post("/orders", json=body), 400)
+    assert "no exchange rate" in errors["message"], errors
+    assert _sources(http)["EUR"]["meta"]["available_cents"] == eur["meta"]["available_cents"]
+
+
 def test_the_approval_threshold_is_converted_to_the_paying_balances_currency(org, http, cli, tmp_path,
                                                                            default_rates):
     """100.00 USD is 92.15 EUR at the default rate: a 95 EUR order from the EUR balance is above it

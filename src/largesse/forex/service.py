@@ -114,11 +114,14 @@ def replace_all(engine: Engine, rates: dict[str, Rate]) -> int:
 
 def cross_rate(rates: dict[str, Rate], source: str, target: str) -> tuple[Decimal, date] | None:
     """Units of target per unit of source, fixed to CROSS_RATE_QUANTUM, and the date of the
-    older of the two rates; None when either currency has no rate."""
+    older of the two rates; None when either currency has no rate, or when the cross rate rounds
+    to 0 (a mistyped rate such as 0.000000000001: every amount would convert to nothing)."""
     a, b = rates.get(source), rates.get(target)
     if a is None or b is None:
         return None
     rate = _WIDE.divide(b.rate, a.rate).quantize(CROSS_RATE_QUANTUM, rounding=ROUND_HALF_UP, context=_WIDE)
+    if not rate:
+        return None
     return rate, min(a.as_of, b.as_of)
 
 
