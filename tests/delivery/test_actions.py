@@ -20,7 +20,7 @@ from largesse.redemption.models import redemption_tokens
 from largesse.timeutil import utcnow
 from tests.conftest import failing
 from tests.delivery.conftest import job_rows, reward_row
-from tests.factories import available_cents, error, ok, place
+from tests.factories import available_cents, error, make_campaign, ok, place
 
 
 def _refunds(engine, reward_id: str) -> list[int]:
@@ -173,6 +173,10 @@ def test_expiry_sweep_expires_and_refunds_once(org, http, cli, fast, drain, engi
     assert both.returncode == 1 and "not both" in both.stderr
     cli("org", "settings", "--org", org.id, "--reward-expiry-days", "2")
     assert f"reward expiry of organization {org.id}: 2 days" in cli("org", "settings", "--org", org.id).stdout
+    # A campaign without its own expiry shows the organization's, which its rewards get.
+    campaign = make_campaign(http)["id"]
+    shown = cli("org", "settings", "--org", org.id, "--campaign", campaign).stdout
+    assert f"campaign {campaign}: not set, so the organization's 2 days apply" in shown, shown
     before = available_cents(http)
     reward = place(http, org.member_email, method="LINK")["rewards"][0]
     row = reward_row(engine, reward["id"])

@@ -126,8 +126,9 @@ def org_settings(
     org: Annotated[str, typer.Option("--org", help="Organization ID")],
     reward_expiry_days: Annotated[int | None, typer.Option(
         "--reward-expiry-days", help="Days until an unredeemed reward expires and is refunded")] = None,
-    no_expiry: Annotated[bool, typer.Option("--no-reward-expiry",
-                                            help="Back to the default (LARGESSE_REWARD_EXPIRY_DAYS)")] = False,
+    no_expiry: Annotated[bool, typer.Option("--no-reward-expiry", help=(
+        "Back to the default: for a campaign the organization's expiry, for an organization the "
+        "server's LARGESSE_REWARD_EXPIRY_DAYS"))] = False,
     campaign: Annotated[str | None, typer.Option("--campaign", help="Set it on this campaign instead")] = None,
 ):
     """Show an organization's (or one campaign's) reward expiry, or set it; applies to new rewards."""
@@ -140,11 +141,18 @@ def org_settings(
         with db.read(open_engine()) as conn:
             require_org(conn, org)
             found, days = service.expiry_days_of(conn, org=org, campaign_id=campaign)
+            org_days = service.expiry_days_of(conn, org=org, campaign_id=None)[1] if campaign else None
         if not found:
             fail(f"no campaign {campaign} in {org}")
         default = load_settings().reward_expiry_days
-        typer.echo(f"reward expiry of {where}: {f'{days} days' if days else 'not set'}"
-                   f" (LARGESSE_REWARD_EXPIRY_DAYS: {f'{default} days' if default else 'never'})")
+        server = (f"LARGESSE_REWARD_EXPIRY_DAYS: {f'{default} days' if default else 'never'}, as this command "
+                  "sees it; the server's own setting applies")
+        if days:
+            typer.echo(f"reward expiry of {where}: {days} days")
+        elif org_days:  # a campaign without its own falls back to the organization's (orders/service._plan)
+            typer.echo(f"reward expiry of {where}: not set, so the organization's {org_days} days apply")
+        else:
+            typer.echo(f"reward expiry of {where}: not set, so the server's default applies ({server})")
         return
     if reward_expiry_days is not None and not 1 <= reward_expiry_days <= MAX_EXPIRY_DAYS:
         fail(f"--reward-expiry-days must be between 1 and {MAX_EXPIRY_DAYS}")
