@@ -14,7 +14,7 @@ from largesse import db
 from largesse.auth import CallerDep
 from largesse.errors import ApiError, Unprocessable
 from largesse.funding import service
-from largesse.money import format_amount, to_wire
+from largesse.money import amount_in, to_wire
 from largesse.timeutil import iso
 from largesse.web import EngineDep, Paging, json_response, q_time, query_doc, timestamp_param
 
@@ -42,8 +42,8 @@ def _description(row) -> str:
     if row.kind == "order" and row.order_id:
         text = f"Order {row.order_id}"
         if row.fx_currency_code:
-            text += (f": {format_amount(row.fx_total_cents)} {row.fx_currency_code} converted to {row.currency_code}"
-                     f" at {row.fx_rate} (rates of {row.fx_rate_date.isoformat()})")
+            text += (f": {amount_in(row.fx_total_cents, row.fx_currency_code)} {row.fx_currency_code} converted to "
+                     f"{row.currency_code} at {row.fx_rate} (rates of {row.fx_rate_date.isoformat()})")
         return text
     return row.memo or DESCRIPTIONS.get(row.kind, row.kind)
 

@@ -32,7 +32,7 @@ from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
 from largesse.fields import service as fields_service
 from largesse.fraud.models import fraud_reviews
-from largesse.money import format_amount
+from largesse.money import amount_in
 from largesse.orders import lifecycle
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.redemption.models import payouts
@@ -128,7 +128,8 @@ def _line(row, labels: list[str], values: dict[str, str], *, now: datetime) -> l
     return [row.id, row.order_id, safe_cell(row.external_id), row.order_status, row.campaign_id or "",
             iso(row.created_at), safe_cell(row.recipient_name), safe_cell(row.recipient_email),
             safe_cell(row.recipient_phone),
-            format_amount(row.denomination_cents), format_amount(row.fee_cents), row.currency_code,
+            amount_in(row.denomination_cents, row.currency_code), amount_in(row.fee_cents, row.currency_code),
+            row.currency_code,
             row.delivery_method, row.delivery_status, iso(row.delivered_at) or "",
             lifecycle.status(row, at=now, order_status=row.order_status),
             iso(row.redeemed_at) or "", iso(row.canceled_at) or "", iso(row.expires_at) or "",
