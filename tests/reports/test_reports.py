@@ -354,3 +354,17 @@ def test_the_last_date_there_is_is_a_valid_upper_bound(org, api, http, work):
         assert (code, report.status) == (200, "READY_FOR_DOWNLOAD"), report_id
         rows.append({row[0] for row in download(report.url)[1][1:]})
     assert rows == [{reward}, {reward}, set()]
+
+
+def test_report_amounts_take_the_currencys_decimals(engine, server, work):
+    """A JPY reward's amount is whole yen in the CSV (it was written 1200.00)."""
+    from tests.yen_kit import yen_order_body, yen_org, yen_product
+
+    yen = yen_org(engine, server.url)
+    with yen.http() as http:
+        ok(http.post("/orders", json=yen_order_body(yen.member_email, yen_product(engine), yen=1200)))
+    report_id = yen.api().create_report(request()).report.id
+    work()
+    _, rows = download(yen.api().get_report(report_id).report.url)
+    header, [line] = rows[0], rows[1:]
+    assert (line[header.index("amount")], line[header.index("currency_code")]) == ("1200", "JPY")
