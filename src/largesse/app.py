@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from largesse import __version__, auth, db, paths, ratelimit
 from largesse.config import Settings
 from largesse.db import make_engine
-from largesse.errors import ApiError, Unauthorized, first_message, payload_from
+from largesse.errors import ApiError, ServiceUnavailable, Unauthorized, first_message, payload_from
 from largesse.schemas import Out
 from largesse.web import json_response
 
@@ -226,6 +226,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
         exc = await auth_first(request, exc.status_code) or exc
+        if isinstance(exc, ServiceUnavailable):  # SQLite's write lock held past the wait: one line, as
+            # for a database that is away (ops.install; docs/operations.md)
+            from largesse.ops.middleware import loggable_path
+
+            log.warning("database unavailable on %s %s: %s", request.method, loggable_path(request.url.path),
+                        exc.message)
         return _error(exc.status_code, exc.message, exc.payload, exc.headers)
 
     @app.exception_handler(RequestValidationError)

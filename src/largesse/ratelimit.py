@@ -39,6 +39,7 @@ from sqlalchemy import BigInteger, Column, Index, String, Table, delete
 
 from largesse import auth, db
 from largesse.db import metadata
+from largesse.errors import ServiceUnavailable
 from largesse.web import json_response, run_db
 
 log = logging.getLogger("largesse.ratelimit")
@@ -141,8 +142,12 @@ class ApiRateLimiter:
             # SQLite's write lock while it waited for the GIL (5 ms switches on a busy event loop),
             # and every order of the process waited for the lock meanwhile.
             totals = await run_db(self.engine, self._write, window, [(b.name, b.in_flight) for b in batch])
-        except Exception:  # never fail a request over a counter: keep the hits for the next sync
-            log.warning("API rate-limit sync failed; retrying at the next interval", exc_info=True)
+        except Exception as exc:  # never fail a request over a counter: keep the hits for the next sync
+            if isinstance(exc, ServiceUnavailable) or db.is_unavailable(exc):  # busy or away: no traceback
+                log.warning("API rate-limit sync skipped, the database is unavailable (%s); retrying at the "
+                            "next interval", type(exc).__name__)
+            else:
+                log.warning("API rate-limit sync failed; retrying at the next interval", exc_info=True)
             for bucket in batch:
                 bucket.pending += bucket.in_flight
                 bucket.in_flight = 0
