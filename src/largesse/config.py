@@ -10,6 +10,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ENVIRONMENTS = ("sandbox", "production")
 TIMESTAMP_FORMATS = ("auto", "spec", "iso8601")
@@ -136,8 +137,8 @@ class Settings:
         def seconds(name: str, default: str, *, zero: bool = False) -> float:
             return _seconds(get(name, default), name, zero=zero)
 
-        def count(name: str, default: str, minimum: int) -> int:
-            return _count(get(name, default), name, minimum)
+        def count(name: str, default: str, minimum: int, maximum: int | None = None) -> int:
+            return _count(get(name, default), name, minimum, maximum)
 
         environment = get("ENVIRONMENT", "sandbox").lower()
         if environment not in ENVIRONMENTS:
@@ -148,7 +149,7 @@ class Settings:
         return cls(
             database_url=get("DATABASE_URL") or _default_database_url(),
             environment=environment,
-            public_url=get("PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/"),
+            public_url=_public_url(get("PUBLIC_URL", "http://127.0.0.1:8000")),
             reward_list_timestamps=timestamps,
             smtp_url=get("SMTP_URL"),
             mail_dir=get("MAIL_DIR", "var/mail"),
@@ -157,12 +158,12 @@ class Settings:
             sms_url=get("SMS_URL"),
             run_worker=_flag(get("RUN_WORKER", "1"), "RUN_WORKER"),
             cancel_any_unredeemed=_flag(get("CANCEL_ANY_UNREDEEMED", "0"), "CANCEL_ANY_UNREDEEMED"),
-            delivery_processes=count("DELIVERY_PROCESSES", "1", 1),
+            delivery_processes=count("DELIVERY_PROCESSES", "1", 1, MAX_THREADS_OR_PROCESSES),
             delivery_nice=_niceness(get("DELIVERY_NICE", "10")),
             delivery_yield_seconds=seconds("DELIVERY_YIELD_SECONDS", "10", zero=True),
-            worker_concurrency=count("WORKER_CONCURRENCY", "2", 1),
+            worker_concurrency=count("WORKER_CONCURRENCY", "2", 1, MAX_THREADS_OR_PROCESSES),
             worker_poll_seconds=seconds("WORKER_POLL_SECONDS", "1"),
-            webhook_concurrency=count("WEBHOOK_CONCURRENCY", "8", 0),
+            webhook_concurrency=count("WEBHOOK_CONCURRENCY", "8", 0, MAX_THREADS_OR_PROCESSES),
             job_lease_seconds=seconds("JOB_LEASE_SECONDS", "10"),
             worker_backoff_max_seconds=seconds("WORKER_BACKOFF_MAX_SECONDS", "30"),
             job_retry_base_seconds=seconds("JOB_RETRY_BASE_SECONDS", "30"),
@@ -188,7 +189,7 @@ class Settings:
             db_statement_timeout_seconds=seconds("DB_STATEMENT_TIMEOUT_SECONDS", "10", zero=True),
             opentelemetry=_flag(get("OPENTELEMETRY", "0"), "OPENTELEMETRY"),
             db_concurrency=count("DB_CONCURRENCY", str(_default_db_concurrency()), 1),
-            api_processes=count("API_PROCESSES", "1", 1),
+            api_processes=count("API_PROCESSES", "1", 1, MAX_THREADS_OR_PROCESSES),
         )
 
 
@@ -208,10 +209,28 @@ def _days(raw: str, name: str) -> int:
     return int(raw)
 
 
-def _count(raw: str, name: str, minimum: int) -> int:
-    if not raw.isdigit() or int(raw) < minimum:
-        raise ValueError(f"LARGESSE_{name} must be a whole number of at least {minimum}, not {raw!r}")
+MAX_THREADS_OR_PROCESSES = 256  # as `serve --workers`: more on one host only starves it
+
+
+def _count(raw: str, name: str, minimum: int, maximum: int | None = None) -> int:
+    if not raw.isdigit() or int(raw) < minimum or (maximum is not None and int(raw) > maximum):
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
+        raise ValueError(f"LARGESSE_{name} must be a whole number {bounds}, not {raw!r}")
     return int(raw)
+
+
+def _public_url(raw: str) -> str:
+    """The base of every link in emails and pages: http(s)://host[:port][/path], nothing after."""
+    parts = urlsplit(raw)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or not port_ok \
+            or any(c.isspace() for c in raw):
+        raise ValueError(f"LARGESSE_PUBLIC_URL must be an http:// or https:// URL with a host, without query or "
+                         f"fragment (the base of every link in emails and pages), not {raw!r}")
+    return raw.rstrip("/")
 
 
 def _seconds(raw: str, name: str, *, zero: bool = False) -> float:

@@ -11,16 +11,17 @@ import typer
 
 from largesse import db
 from largesse.cli_common import check_mail_transport, emit, fail, load_settings, open_engine, require_org, shown
-from largesse.config import MAX_EXPIRY_DAYS
+from largesse.config import MAX_EXPIRY_DAYS, MAX_THREADS_OR_PROCESSES
 
 jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", no_args_is_help=True)
 
 
 def worker(
-    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c",
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", min=1, max=MAX_THREADS_OR_PROCESSES,
                                                     help="Threads (default LARGESSE_WORKER_CONCURRENCY)")] = None,
     webhook_concurrency: Annotated[int | None, typer.Option(
-        "--webhook-concurrency", help="Webhook threads (default LARGESSE_WEBHOOK_CONCURRENCY; 0: no webhooks)")] = None,
+        "--webhook-concurrency", min=0, max=MAX_THREADS_OR_PROCESSES,
+        help="Webhook threads (default LARGESSE_WEBHOOK_CONCURRENCY; 0: no webhooks)")] = None,
     once: Annotated[bool, typer.Option("--once", help="Run the jobs due now, then exit")] = False,
 ):
     """Deliver rewards, webhooks and periodic jobs until stopped (Ctrl-C / SIGTERM finish the jobs
