@@ -293,17 +293,11 @@ class SessionError(Exception):
         self.kind = kind
 
 
-def _orgs_of(environment: str):
-    """A server spends the sign-in links of its own environment's organizations only; another
-    environment's link is unknown to it, as its reward links are (docs/organizations.md)."""
-    return select(organizations.c.id).where(organizations.c.environment == environment)
-
-
 def _session_for(conn: Connection, token: str, environment: str):
     if not token or len(token) > 200:
         return None
     return conn.execute(select(_SESSIONS).where(_SESSIONS.c.token_hash == hash_token(token),
-                                                _SESSIONS.c.organization_id.in_(_orgs_of(environment)))).first()
+                                                _SESSIONS.c.organization_id.in_(orgs.of_environment(environment)))).first()
 
 
 def _why_not(row) -> str | None:
@@ -337,7 +331,7 @@ def spend_session_token(conn: Connection, token: str, environment: str) -> tuple
         update(_SESSIONS)
         .where(_SESSIONS.c.token_hash == hash_token(token), _SESSIONS.c.spent_at.is_(None),
                _SESSIONS.c.revoked_at.is_(None), _SESSIONS.c.expires_at > now,
-               _SESSIONS.c.organization_id.in_(_orgs_of(environment)))
+               _SESSIONS.c.organization_id.in_(orgs.of_environment(environment)))
         .values(spent_at=now)
         .returning(_SESSIONS.c.member_id, _SESSIONS.c.organization_id, _SESSIONS.c.return_url, _SESSIONS.c.state)
     ).first() if token and len(token) <= 200 else None

@@ -36,7 +36,7 @@ from largesse.config import Settings
 from largesse.dashboard.models import sessions, signin_tokens
 from largesse.delivery import jobs as job_queue
 from largesse.orgs.models import members, organizations
-from largesse.orgs.service import REGISTERED, email_key
+from largesse.orgs.service import REGISTERED, email_key, of_environment
 from largesse.redemption import ratelimit
 from largesse.timeutil import utcnow
 
@@ -219,22 +219,14 @@ def invitation_message(member, link: str, settings: Settings, invited_by: str) -
 
 # --- spending a link, sessions ------------------------------------------------------------------
 
-_LIVE_TOKEN = (select(signin_tokens, members.c.email).join(members, members.c.id == signin_tokens.c.member_id)
-               .join(organizations, organizations.c.id == members.c.organization_id))
-
-
-def _members_of(environment: str):
-    """The members of the organizations of one environment: a server spends the sign-in links of
-    its own environment only, as it redeems only its own rewards (docs/organizations.md)."""
-    return select(members.c.id).join(organizations, organizations.c.id == members.c.organization_id).where(
-        organizations.c.environment == environment)
+_LIVE_TOKEN = select(signin_tokens, members.c.email).join(members, members.c.id == signin_tokens.c.member_id)
 
 
 def peek_token(conn: Connection, token: str, environment: str):
     """The token's row when this server (of `environment`) can still spend it (the GET's
     confirmation page), else None."""
     row = conn.execute(_LIVE_TOKEN.where(signin_tokens.c.token_hash == hash_secret(token),
-                                         organizations.c.environment == environment)).first()
+                                         signin_tokens.c.organization_id.in_(of_environment(environment)))).first()
     if row is None or row.used_at is not None or row.expires_at <= utcnow():
         return None
     return row
@@ -255,7 +247,7 @@ def spend_token(engine: Engine, token: str, environment: str) -> SignedIn | None
         row = conn.execute(
             update(signin_tokens)
             .where(signin_tokens.c.token_hash == hash_secret(token), signin_tokens.c.used_at.is_(None),
-                   signin_tokens.c.expires_at > now, signin_tokens.c.member_id.in_(_members_of(environment)))
+                   signin_tokens.c.expires_at > now, signin_tokens.c.organization_id.in_(of_environment(environment)))
             .values(used_at=now)
             .returning(signin_tokens.c.member_id, signin_tokens.c.next_path)
         ).first()

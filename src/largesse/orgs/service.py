@@ -330,6 +330,12 @@ def visible_orgs(conn: Connection, organization_id: str, *, sub_organizations: b
     return [own, *children]
 
 
+def of_environment(environment: str):
+    """SQL: the IDs of the organizations of one environment. A server serves its own environment's
+    links only (sign-in, /connect, report downloads), as it redeems only its own rewards."""
+    return select(organizations.c.id).where(organizations.c.environment == environment)
+
+
 def descendants(conn: Connection, organization_id: str) -> list[str]:
     """The sub-organizations an organization created, theirs, and so on (breadth first)."""
     found: list[str] = []

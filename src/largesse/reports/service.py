@@ -27,6 +27,7 @@ from largesse.ids import new_id
 from largesse.jsonbody import problem
 from largesse.money import MoneyError, to_cents
 from largesse.orders.models import PENDING_APPROVAL, orders
+from largesse.orgs import service as orgs
 from largesse.orgs.models import organizations
 from largesse.reports.models import reports
 from largesse.timeutil import iso, utcnow
@@ -206,7 +207,7 @@ def find_download(conn: Connection, token: str, now: datetime, environment: str)
     the other environment's organization is not found: each server serves its own environment."""
     row = conn.execute(select(reports).where(
         reports.c.download_hash == hash_token(token),
-        reports.c.organization_id.in_(select(organizations.c.id).where(organizations.c.environment == environment)),
+        reports.c.organization_id.in_(orgs.of_environment(environment)),
     )).first()
     if row is None or row.status != READY:
         return None, "not_found"
