@@ -202,6 +202,22 @@ def test_country_from_the_offline_database(org, api, engine, http):
         api.get_fraud_review(paid)
 
 
+def test_email_lists_match_the_mailbox_as_members_are_compared(org, api, http):
+    """review_email listed alice@x; her +tag address (the same mailbox, an allowed sandbox
+    recipient) was not held. allow_email likewise takes the mailbox."""
+    assert http.post("/fraud_rules/review_email", json={"config": {"emails": [org.member_email.upper()]}}
+                     ).status_code == 200
+    held, link = link_reward(org, email=tagged(org.member_email, "promo"))
+    redeem(link)
+    assert api.get_fraud_review(held).fraud_review.reasons == ["Disallowed email"]
+    assert http.post("/fraud_rules/allow_email", json={"config": {"emails": [tagged(org.member_email, "x")]}}
+                     ).status_code == 200
+    allowed, link = link_reward(org)
+    assert "TEST-" in redeem(link)  # allowed, listed by another of its spellings: never held
+    with pytest.raises(NotFoundException):
+        api.get_fraud_review(allowed)
+
+
 def test_email_count_amount_device_and_blocked_rules(org, api, engine, http):
     for rule_type, config in (("review_email", {"domains": ["example.com"]}),):
         assert http.post(f"/fraud_rules/{rule_type}", json={"config": config}).status_code == 200

@@ -13,7 +13,7 @@ import logging
 
 from sqlalchemy import Connection, Engine, bindparam, exists, select, update
 
-from largesse import db
+from largesse import db, email_address
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
@@ -21,7 +21,7 @@ from largesse.errors import Forbidden, Unprocessable
 from largesse.funding import service as funding
 from largesse.orders import lifecycle
 from largesse.orders.models import PENDING_APPROVAL, orders, rewards
-from largesse.orders.service import EMAIL, PHONE
+from largesse.orders.service import PHONE
 from largesse.orgs import service as orgs
 from largesse.redemption import tokens
 from largesse.timeutil import utcnow
@@ -148,7 +148,7 @@ def resend_reward(engine: Engine, settings: Settings, *, org: str, reward_id: st
                             {"updated_phone": ["cannot be combined with updated_email"]})
     if updated_email is not None:
         updated_email = updated_email.strip()
-        if not EMAIL.match(updated_email):
+        if not email_address.valid(updated_email):
             raise Unprocessable("updated_email is not a valid email address",
                                 {"updated_email": ["is not a valid email address"]})
     if updated_phone is not None:

@@ -9,6 +9,7 @@ from datetime import date
 from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.exc import IntegrityError
 
+from largesse import email_address
 from largesse.errors import Unprocessable
 from largesse.fields.models import fields
 from largesse.ids import new_id
@@ -17,7 +18,6 @@ from largesse.timeutil import utcnow
 DATA_TYPES = ("Checkbox", "Currency", "Date", "Dropdown", "Email", "List", "Number", "Phone", "Text", "TextArea")
 LABEL_MAX = fields.c.label.type.length
 MARKS = ("Mn", "Mc")  # combining and spacing marks: the vowel signs of Devanagari, Thai...
-EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+\Z")
 DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?\Z")
 
@@ -126,7 +126,7 @@ def check_value(field, value: str) -> str | None:
         except ValueError:
             return "must be a date (YYYY-MM-DD)"
     elif kind == "Email":
-        if not EMAIL.match(value):
+        if not email_address.valid(value):
             return "must be an email address"
     elif kind == "Text" and len(value) > 255:
         return "must be at most 255 characters"

@@ -9,12 +9,11 @@ amounts exact (cents inside, a JSON number on the wire).
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 from decimal import Decimal
 from typing import Any
 
-from largesse import codes
+from largesse import codes, email_address
 from largesse.errors import BadRequest, payload_from
 from largesse.jsonbody import problem
 from largesse.money import MoneyError, to_cents
@@ -45,10 +44,7 @@ PERIODS = ("7", "30", "90", "120", "365", "all_time")
 MAX_LIST = 50_000
 MAX_AMOUNT_CENTS = 10**13
 
-EMAIL = re.compile(r"[^@\s]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}"
-                   r"[A-Za-z0-9])?)+")
-DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}"
-                    r"[A-Za-z0-9])?)+")
+DOMAIN = email_address.DOMAIN  # the domains of review_email: those an address may have
 
 
 def canonical_type(rule_type: str) -> str | None:
@@ -113,7 +109,7 @@ def clean_emails(values: list[str], where: tuple) -> list[str]:
     out = []
     for i, raw in enumerate(values):
         email = raw.strip().lower()
-        if not EMAIL.fullmatch(email):
+        if not email_address.valid(email):
             raise problem((*where, i), "is not a valid email address")
         out.append(email)
     return list(dict.fromkeys(out))

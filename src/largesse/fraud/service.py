@@ -15,6 +15,7 @@ UPDATE of the reward, which also excludes a concurrent cancel or expiry.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import logging
@@ -29,6 +30,7 @@ from largesse.fraud import rules as R
 from largesse.fraud.models import fraud_reviews, fraud_rules, redemption_signals
 from largesse.orders.models import rewards
 from largesse.orgs.models import organizations
+from largesse.orgs.service import email_key
 from largesse.timeutil import utcnow
 from largesse.webhooks import service as webhooks
 
@@ -222,10 +224,22 @@ def _address_list(org: str, rule_type: str, updated_at, entries: list[str]) -> _
     return parsed
 
 
+@functools.lru_cache(maxsize=64)
+def _mailboxes(emails: tuple[str, ...]) -> frozenset[str]:
+    """A rule's listed addresses as mailboxes (cached: a list holds up to 50,000)."""
+    return frozenset(email_key(e) for e in emails)
+
+
+def _mailbox_listed(email: str | None, config: dict) -> bool:
+    """Is the address's mailbox listed? Compared as members are (orgs.service.email_key: ASCII
+    case, no +tag): x+1@y.com is x@y.com's mailbox, and listing one holds or allows the other."""
+    return bool(email) and email_key(email) in _mailboxes(tuple(config.get("emails") or ()))
+
+
 def _email_listed(email: str | None, config: dict) -> bool:
     if not email:
         return False
-    if email in set(config.get("emails") or ()):
+    if _mailbox_listed(email, config):
         return True
     domain = email.rpartition("@")[2]
     return any(domain == d or domain.endswith("." + d) for d in config.get("domains") or ())
@@ -262,7 +276,7 @@ def _reasons(conn: Connection, configured: dict, *, reward, address, ip, email, 
     # Allow lists first: an allowed address or email is never held (docs/fraud.md).
     if R.ALLOW_IP in configured and address in configured[R.ALLOW_IP]:
         return []
-    if R.ALLOW_EMAIL in configured and email and email in set(configured[R.ALLOW_EMAIL].get("emails") or ()):
+    if R.ALLOW_EMAIL in configured and _mailbox_listed(email, configured[R.ALLOW_EMAIL]):
         return []
     reasons: list[str] = []
     if R.REVIEW_IP in configured and address in configured[R.REVIEW_IP]:

@@ -20,7 +20,7 @@ import orjson
 from sqlalchemy import Connection, Engine, and_, bindparam, exists, select
 from sqlalchemy.exc import IntegrityError
 
-from largesse import auth, db
+from largesse import auth, db, email_address
 from largesse.auth import Caller, Credentials
 from largesse.campaigns import service as campaigns_service
 from largesse.catalog import service as catalog
@@ -49,8 +49,6 @@ from largesse.timeutil import utcnow
 from largesse.webhooks import service as webhooks
 from largesse.webhooks.models import webhooks as _webhooks
 
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-EMAIL = re.compile(r"^[^@\s\"'<>(),;:\\]+@" + _LABEL + r"(?:\." + _LABEL + r")+\Z")
 PHONE = re.compile(r"^\+?[0-9][0-9 ().-]{5,30}\Z")
 MAX_DELIVER_AHEAD = timedelta(days=365)
 
@@ -401,7 +399,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
         phone = (r.recipient.phone or "").strip() or None
         if not name:
             errors.add(loc + ("recipient", "name"), "can't be blank")
-        if email is not None and not EMAIL.match(email):
+        if email is not None and not email_address.valid(email):
             errors.add(loc + ("recipient", "email"), "is not a valid email address")
         if method == "EMAIL" and email is None:
             errors.add(loc + ("recipient", "email"), "is required for EMAIL delivery")
@@ -411,7 +409,7 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
                            "PHONE delivery needs an SMS transport: set LARGESSE_SMS_URL on the server")
             if phone is None or not PHONE.match(phone):
                 errors.add(loc + ("recipient", "phone"), "is required for PHONE delivery (with a + country code)")
-        if settings.sandbox and email is not None and EMAIL.match(email) and email_key(email) not in members:
+        if settings.sandbox and email is not None and email_address.valid(email) and email_key(email) not in members:
             errors.add(loc + ("recipient", "email"),
                        "in the sandbox, rewards can only be sent to members of your organization")
         if r.deliver_at is not None and not today <= r.deliver_at <= today + MAX_DELIVER_AHEAD:

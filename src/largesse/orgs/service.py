@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from largesse import auth, codes, db
+from largesse import auth, codes, db, email_address
 from largesse.errors import BadRequest, Forbidden, NotFound, Unprocessable
 from largesse.funding import service as funding
 from largesse.ids import new_id
@@ -201,10 +201,8 @@ def get_member_or_404(conn: Connection, organization_id: str, member_id: str):
 
 
 def check_email(email: str, loc: str = "email") -> str:
-    from largesse.orders.service import EMAIL
-
     email = email.strip()
-    if not EMAIL.match(email):
+    if not email_address.valid(email):
         raise BadRequest(f"{loc} is not a valid email address", {loc: ["is not a valid email address"]})
     return email
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from largesse import db
+from largesse import db, email_address
 from largesse.dashboard import signin
 from largesse.dashboard.web import PREFIX, route
-from largesse.orders.service import EMAIL
 
 router = APIRouter()
 
@@ -22,7 +21,7 @@ def signin_form(ctx):
 def signin_request(ctx):
     email = ctx.form.get("email", max_length=320)
     next_path = signin.local_path(ctx.form.get("next", max_length=500))
-    if not EMAIL.match(email):
+    if not email_address.valid(email):
         return ctx.render("signin.html", 400, next=next_path, sent=False, email=email,
                           error="Enter an email address, like name@example.com.")
     client = ctx.request.client.host if ctx.request.client else "unknown"
