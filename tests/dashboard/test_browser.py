@@ -21,6 +21,8 @@ from tests.redemption.conftest import fake_ip
 ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 VIEWPORTS = {"phone": {"width": 390, "height": 844}, "desktop": {"width": 1366, "height": 900}}
+# The phone as a phone: a mobile layout viewport grows to what overflows, which a plain narrow window hides.
+MOBILE = {"phone": {"is_mobile": True, "has_touch": True}, "desktop": {}}
 SHOTS = os.environ.get("LARGESSE_SCREENSHOTS")
 
 
@@ -28,7 +30,8 @@ SHOTS = os.environ.get("LARGESSE_SCREENSHOTS")
 def dashboard_page(request, browser):
     if not AXE.exists():
         pytest.fail("node_modules/axe-core is missing: run `make node_modules/.installed`", pytrace=False)
-    context = browser.new_context(viewport=VIEWPORTS[request.param], extra_http_headers={"X-Forwarded-For": fake_ip()})
+    context = browser.new_context(viewport=VIEWPORTS[request.param], **MOBILE[request.param],
+                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
     context.add_init_script(path=str(AXE))  # through the DevTools protocol: the page's CSP stays as it is
     page = context.new_page()
     page.problems = []
@@ -178,6 +181,8 @@ def test_dashboard_journey(dashboard_page, engine, server, org, http):
     check(page, "campaign")
     page.get_by_role("button", name="Save campaign").click()
     page.get_by_text("Campaign saved").wait_for()
+    for n in range(4):  # a table of several members: each row's visually hidden "Role of ..." label
+        ok(http.post("/members", json={"email": f"teammate-{n}-{org.id.lower()}@example.org", "role": "MEMBER"}))
     page.goto(f"{base}/dashboard/team")
     check(page, "team")
 

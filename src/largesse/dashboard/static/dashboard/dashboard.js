@@ -1,6 +1,6 @@
 // Progressive enhancement only: every form works without this file.
 // A form with data-confirm (cancel a reward, reject an order, remove a member, revoke a key,
-// generate a new link) asks first; dismissing the question sends nothing.
+// delete an invoice, generate a new link) asks first; dismissing the question sends nothing.
 // A submit button with data-busy shows that text and is disabled while the request runs
 // (placing an order of 5,000 rewards takes a few seconds), and a .progress element in the
 // same form announces it to screen readers.
