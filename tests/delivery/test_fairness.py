@@ -88,3 +88,36 @@ def test_a_large_backlog_of_one_org_does_not_delay_another_orgs_email(engine, se
         assert position <= 2 * BATCH[MAIL], f"sent {position}th: more than two batches after the backlog began"
     finally:
         sink.stop()
+
+
+def test_a_dead_workers_expired_lease_does_not_hold_its_organizations_webhooks(engine, server):
+    """The per-organization cap counted a killed worker's `running` job until the heartbeat
+    requeued it (a lease later): live workers sent none of that organization's other webhooks
+    meanwhile. A job whose lease ran out is no thread in use."""
+    from datetime import timedelta
+
+    from sqlalchemy import delete, insert, select
+
+    from largesse import db
+    from largesse.delivery import jobs as job_queue
+    from largesse.delivery.models import jobs
+    from largesse.timeutil import utcnow
+
+    org = create_org(engine, server.url, name="Killed Worker")
+    now = utcnow()
+    dead = {**job_queue.queued_row(kind="deliver_webhook", organization_id=org.id, payload={}),
+            "status": job_queue.RUNNING, "locked_by": "killed", "locked_until": now - timedelta(seconds=1)}
+    with db.write(engine) as conn:
+        dead_id = conn.execute(insert(jobs).values(dead).returning(jobs.c.id)).scalar_one()
+        waiting_id = conn.execute(insert(jobs).values(job_queue.queued_row(
+            kind="deliver_webhook", organization_id=org.id, payload={})).returning(jobs.c.id)).scalar_one()
+    claimed = []
+    try:
+        claimed = [j.id for j in job_queue.claim(engine, "alive", limit=20, lease_seconds=10, lane=job_queue.WEBHOOK,
+                                                 org_cap=1)]
+        assert waiting_id in claimed and dead_id not in claimed
+    finally:
+        job_queue.release(engine, "alive", [i for i in claimed if i != waiting_id])  # other tests' jobs go back
+        with db.write(engine) as conn:
+            conn.execute(delete(jobs).where(jobs.c.id.in_([dead_id, waiting_id])))
+            assert conn.execute(select(jobs.c.id).where(jobs.c.id.in_([dead_id, waiting_id]))).first() is None

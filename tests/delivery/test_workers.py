@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from sqlalchemy import func, select
 
 from largesse import db
@@ -177,3 +178,14 @@ def test_retried_jobs_are_not_reported_as_lost_leases(org, http, fast, drain, en
     assert "lost the lease" not in caplog.text
     with db.read(engine) as conn:
         assert conn.execute(select(func.count()).where(jobs.c.status == "queued", jobs.c.attempts == 1)).scalar() >= 200
+
+
+def test_a_webhook_only_worker_starts_as_documented(cli, tmp_path, backend):
+    """docs/delivery.md: `--concurrency 0 --webhook-concurrency 4` runs a webhook-only worker
+    (the option's minimum of 1 refused it)."""
+    if backend != "sqlite":
+        pytest.skip("a command-line check on its own database file: one backend is enough")
+    env = {"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'webhooks-only.sqlite3'}"}
+    done = cli("worker", "--concurrency", "0", "--webhook-concurrency", "4", "--once", env=env)
+    assert "processed 0 jobs" in done.stdout, done
+    assert cli("worker", "--once", env={**env, "LARGESSE_WORKER_CONCURRENCY": "0"}).returncode == 0

@@ -17,8 +17,8 @@ jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", n
 
 
 def worker(
-    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", min=1, max=MAX_THREADS_OR_PROCESSES,
-                                                    help="Threads (default LARGESSE_WORKER_CONCURRENCY)")] = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", min=0, max=MAX_THREADS_OR_PROCESSES, help=(
+        "Email threads (default LARGESSE_WORKER_CONCURRENCY; 0 with webhook threads: a webhook-only worker)"))] = None,
     webhook_concurrency: Annotated[int | None, typer.Option(
         "--webhook-concurrency", min=0, max=MAX_THREADS_OR_PROCESSES,
         help="Webhook threads (default LARGESSE_WEBHOOK_CONCURRENCY; 0: no webhooks)")] = None,

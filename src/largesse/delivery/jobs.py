@@ -131,7 +131,10 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, p
         running = jobs.alias("running_jobs")
         busy = (select(func.count()).select_from(running)
                 .where(running.c.status == RUNNING, running.c.lane == jobs.c.lane,
-                       running.c.organization_id == jobs.c.organization_id)
+                       running.c.organization_id == jobs.c.organization_id,
+                       # a job whose lease ran out is its dead worker's, not a thread in use: counted,
+                       # it held the organization's other webhooks until the heartbeat requeued it
+                       running.c.locked_until > now)
                 .scalar_subquery())
         due.append(or_(jobs.c.organization_id.is_(None), busy < org_cap))
     skip_locked = engine.dialect.name == "postgresql"
