@@ -42,7 +42,7 @@ def test_a_row_with_more_cells_than_the_header_is_refused(admin, org):
     assert "7.00 USD" not in text and "Place order" not in text
     # A trailing empty cell (a spreadsheet's habit) is not a problem.
     status, text = preview_of(admin, f"name,email,amount\nAda,{email},20,\n")
-    assert "Place order of 1 rewards" in text, text
+    assert "Place order of 1 reward" in text, text
 
 
 def test_problems_are_named_by_the_forms_labels(admin, http, org):
@@ -155,8 +155,10 @@ def test_a_placed_file_shows_no_balance_warning(admin, http, org):
     assert "Place order of 2 rewards" in text_of(admin.get(location).text)
     assert post(admin, location, location, {}).status_code == 303  # 3,000 of 5,000 used
     _, text = preview_of(admin, content, products=CHARITY_USD)
-    assert "This file was already sent as order" in text
-    assert "balance is too low" not in text, text
+    assert "This file was already sent with these choices as order" in text
+    # Sending it again would cost another 3,000 of the 2,000 left: said as such, no button.
+    assert "The balance is too low for sending it again." in text, text
+    assert "Send it again" not in text
 
 
 def test_sign_in_emails_tell_apart_organizations_of_the_same_name(engine, server):

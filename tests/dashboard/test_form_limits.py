@@ -173,7 +173,7 @@ def test_an_upload_in_a_browser_s_shape_still_reads(admin, http, org, engine):
     assert stored.options["products"] == [GIFT_CARD_USD, CHARITY_USD]
     assert stored.options["message"] == "Thanks\r\n– the team" and stored.options["method"] == "EMAIL"
     preview = text_of(admin.get(response.headers["location"]).text)
-    assert "Place order of 1 rewards" in preview
+    assert "Place order of 1 reward" in preview
     placed = post(admin, response.headers["location"], response.headers["location"], {})
     order = ok(http.get(f"/orders/{placed.headers['location'].rsplit('/', 1)[1]}"))["order"]
     assert order["rewards"][0]["custom_fields"][0]["id"] == field["id"]

@@ -234,11 +234,27 @@ def test_csv_with_a_bad_row_then_fixed_places_one_order_once(admin, http, org):
     assert len(order["rewards"]) == 3 and order["payment"]["total"] == 45
     assert {r["custom_fields"][0]["value"] for r in order["rewards"]} == {"Sales", "Support"}
     assert order["rewards"][0]["custom_fields"][0]["id"] == field["id"]
-    # The same file again, even as a new upload: the same order, nothing sent twice.
+    # The same file with the same choices, even as a new upload: "Place order" again is the same
+    # order, nothing sent twice; the preview says so and offers to send it again on purpose.
     again = upload(admin, fixed).headers["location"]
-    assert f"already sent as order {order_id}" in text_of(admin.get(again).text)
+    text = text_of(admin.get(again).text)
+    assert f"already sent with these choices as order {order_id} (executed" in text, text
+    assert "Send it again: a new order of 3 rewards" in text
     assert post(admin, again, again, {}).headers["location"].endswith(order_id)
     assert ok(http.get("/orders"))["total_count"] == 1
+    # Sent again on purpose (next month's thank-you, or after a rejection): one new order, however
+    # often the button is pressed.
+    second = post(admin, again, again, {"again": "1"}).headers["location"].rsplit("/", 1)[1]
+    assert second != order_id
+    assert post(admin, again, again, {"again": "1"}).headers["location"].endswith(second)
+    text = text_of(admin.get(again).text)
+    assert f"This upload was sent again as order {second}" in text and "Place order" not in text
+    assert ok(http.get("/orders"))["total_count"] == 2
+    # The same file with other choices (another message) is another order at once.
+    other = upload(admin, fixed, message="Thanks for a great quarter").headers["location"]
+    assert "already sent" not in text_of(admin.get(other).text)
+    third = post(admin, other, other, {}).headers["location"].rsplit("/", 1)[1]
+    assert third not in (order_id, second) and ok(http.get("/orders"))["total_count"] == 3
 
 
 def test_uploaded_files_are_kept_a_week(admin, org, engine, server):

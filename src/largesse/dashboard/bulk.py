@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import io
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -177,9 +178,13 @@ def digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
-def external_id_for(sha256: str) -> str:
-    """The order's external_id: the same upload placed twice is one order (POST /orders replay)."""
-    return f"dashboard-csv-{sha256[:40]}"
+def external_id_for(sha256: str, options: dict | None, *, again: str | None = None) -> str:
+    """The order's external_id: the same file sent with the same choices (products, campaign,
+    message, delivery, currency) is one order (POST /orders replay), so a double click or a file
+    uploaded twice by mistake sends nothing twice; other choices are another order. `again`: the
+    upload's ID when the sender chose, on its preview, to send that file again as a new order."""
+    key = hashlib.sha256(json.dumps([sha256, options or {}], sort_keys=True).encode()).hexdigest()
+    return f"dashboard-csv-{key[:40]}" + (f"-{again}" if again else "")
 
 
 def read_csv(content: bytes, fields: list) -> Sheet:

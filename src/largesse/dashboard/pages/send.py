@@ -10,6 +10,7 @@ problem on its row.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from fastapi import APIRouter
 
@@ -266,9 +267,17 @@ def _values_problem(sheet: bulk.Sheet) -> str | None:
             f"most {MAX_FIELD_VALUES // widest:,} rows and upload each one.")
 
 
+@dataclass
+class Placed:
+    """The orders an upload's file was sent as: `first`, the file with these choices (any upload
+    of it), and `again`, this upload sent again as a new order on the sender's word."""
+    first: object | None
+    again: object | None
+
+
 def _read(ctx, upload_id: str):
-    """The upload, its rows (each with its RewardIn or its problems), the order it was placed
-    as (or None), and its campaign. The rows are checked one by one here; the order as a
+    """The upload, its rows (each with its RewardIn or its problems), the orders it was placed
+    as (Placed), and its campaign. The rows are checked one by one here; the order as a
     whole by _preview (the GET) or by placing it (the POST), never both."""
     org = ctx.viewer.organization_id
     with db.read(ctx.engine) as conn:
@@ -276,7 +285,9 @@ def _read(ctx, upload_id: str):
         if upload.created_at < bulk.upload_cutoff(utcnow()):  # kept UPLOAD_DAYS (bulk.py)
             raise access.NotFoundPage()
         fields = fields_service.list_for(conn, org)
-        placed = repository.get_order(conn, org, bulk.external_id_for(upload.sha256))
+        placed = Placed(repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options)),
+                        repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options,
+                                                                               again=upload.id)))
         campaign = campaigns_service.get(conn, org, upload.options.get("campaign")) if (
             upload.options or {}).get("campaign") else None
     options = upload.options or {}
@@ -324,7 +335,11 @@ def bulk_place(ctx, upload_id: str):
     upload, sheet, placed, campaign = _read(ctx, upload_id)
     if sheet.problems or any(r.problems for r in sheet.rows) or not sheet.rows:
         return ctx.redirect(f"/dashboard/send/bulk/{upload_id}")
-    body = bulk.order_in([r.reward for r in sheet.rows], external_id=bulk.external_id_for(upload.sha256))
+    # "Send it again" (the preview offers it once the file went out with these choices): a new
+    # order, still one however often that button is pressed.
+    again = upload.id if placed.first is not None and ctx.form.get("again", max_length=1) == "1" else None
+    body = bulk.order_in([r.reward for r in sheet.rows],
+                         external_id=bulk.external_id_for(upload.sha256, upload.options, again=again))
     try:
         order = orders_service.place_order_as_member(ctx.engine, settings=ctx.settings,
                                                      organization_id=ctx.viewer.organization_id, body=body)
