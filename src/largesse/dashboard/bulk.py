@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import io
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
