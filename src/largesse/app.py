@@ -110,6 +110,15 @@ def _read_as_json(scope) -> None:
         (b"content-type", b"application/json")]
 
 
+def _too_large(scope):
+    """413: the error body, or for a dashboard page (a CSV upload) a page that says what to do."""
+    if scope["path"].startswith("/dashboard/"):
+        from largesse.dashboard.web import too_large_page
+
+        return too_large_page()
+    return _error(413, f"Request body larger than {MAX_BODY_BYTES} bytes")
+
+
 class RequestGuard:
     """Checks made before any routing or body parsing.
 
@@ -139,8 +148,7 @@ class RequestGuard:
                 if not value.isdigit():
                     return await _error(400, "Invalid Content-Length")(scope, receive, send)
                 if int(value) > MAX_BODY_BYTES:
-                    return await _error(413, f"Request body larger than {MAX_BODY_BYTES} bytes")(
-                        scope, receive, send)
+                    return await _too_large(scope)(scope, receive, send)
                 break  # the server delivers exactly that many bytes
             if name == b"transfer-encoding":
                 chunked = True
@@ -160,7 +168,7 @@ class RequestGuard:
             chunk = message.get("body", b"")
             seen += len(chunk)
             if seen > MAX_BODY_BYTES:
-                return await _error(413, f"Request body larger than {MAX_BODY_BYTES} bytes")(scope, receive, send)
+                return await _too_large(scope)(scope, receive, send)
             chunks.append(chunk)
             if not message.get("more_body"):
                 break

@@ -41,10 +41,11 @@ UNREADABLE = "The form could not be read."
 class FormRefused(Exception):
     """A form the page does not read: status 413 (too large) or 400, and why, in words."""
 
-    def __init__(self, status: int, text: str):
+    def __init__(self, status: int, text: str, *, advice: str | None = None):
         super().__init__(text)
         self.status = status
         self.text = text
+        self.advice = advice  # what the person should do, when the page's default does not fit
 
 
 async def read_body(request: Request, limit: int, *, overhead: int = 0) -> bytes:

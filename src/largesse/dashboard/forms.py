@@ -117,8 +117,17 @@ async def read_body(request: Request, *, upload: bool = False) -> bytes:
     for a multipart body where the route takes an upload, else MAX_FORM_BYTES. Async, for the
     event loop: it only collects bytes; parse() reads them, in the thread pool."""
     if upload and request.headers.get("content-type", "").startswith("multipart/form-data"):
-        return await forms_limits.read_body(request, MAX_UPLOAD_BYTES, overhead=OVERHEAD)
+        try:
+            return await forms_limits.read_body(request, MAX_UPLOAD_BYTES, overhead=OVERHEAD)
+        except forms_limits.FormRefused as exc:
+            if exc.status == 413:  # sending it again cannot help: the file is what is too large
+                raise forms_limits.FormRefused(413, FILE_TOO_LARGE, advice="") from None
+            raise
     return await forms_limits.read_body(request, MAX_FORM_BYTES, overhead=OVERHEAD)
+
+
+FILE_TOO_LARGE = (f"The file is larger than the {MAX_UPLOAD_BYTES // 1024} KB one upload can be (5,000 rows with "
+                  "a few short columns fit). Split it into smaller files and upload each one.")
 
 
 def parse(request: Request, body: bytes) -> Form:

@@ -224,8 +224,9 @@ def _run(handler, request: Request, body: bytes | forms_limits.FormRefused | Non
                     raise body
                 ctx.form = forms.parse(request, body)
             except forms_limits.FormRefused as exc:
+                advice = " Go back, reload the page and send it again." if exc.advice is None else exc.advice
                 return ctx.message(exc.status, REFUSED_TITLES.get(exc.status, REFUSED_TITLES[400]),
-                                   f"{exc.text} Go back, reload the page and send it again.")
+                                   exc.text + advice)
             if not forms.csrf_ok(ctx.csrf_key, ctx.viewer.session_hash if ctx.viewer else None, nonce, ctx.form):
                 return _expired(ctx)
         return handler(ctx, **kwargs)
@@ -273,6 +274,15 @@ def route(router, method: str, path: str, *, action: str | None = "view", upload
         return handler
 
     return register
+
+
+def too_large_page() -> Response:
+    """A body over the app's limit (app.RequestGuard, before the dashboard reads it): a page,
+    never the API's JSON, saying what to do with the file."""
+    html = TEMPLATES.get_template("dashboard/message.html").render(
+        viewer=None, csrf_field="", csrf_token="", path="", sandbox=False, title="The file is too large",
+        text=forms.FILE_TOO_LARGE)
+    return HTMLResponse(html, status_code=413, headers=security.page_headers())
 
 
 def not_found_page(request: Request, status: int = 404) -> Response:
