@@ -459,8 +459,11 @@ def test_team_invite_sends_a_sign_in_link(admin, http, engine, server):
     assert "new.hire@example.com New Hire Invited, not signed in yet" in team
     assert "Signed in (last " in team  # the admin, signed in
     duplicate = post(admin, "/dashboard/team", "/dashboard/team/invite", {"email": "new.hire@example.com",
-                                                                          "role": "MEMBER"})
+                                                                          "name": "Twice", "role": "ADMIN"})
     assert duplicate.status_code == 400 and "already a member" in text_of(duplicate.text)
+    # The form shows what was typed, the role included (it fell back to Member).
+    assert 'value="new.hire@example.com"' in duplicate.text and 'value="Twice"' in duplicate.text
+    assert '<option value="ADMIN" selected>' in duplicate.text, duplicate.text
 
 
 def invitations_to(settings, address: str) -> list:
@@ -560,7 +563,7 @@ def test_webhook_simulate_and_deliveries(admin, http):
                     {"event": "ORDERS.CREATED"})
     assert response.status_code == 303 and "Test event queued" in text_of(admin.get(response.headers["location"]).text)
     bad = post(admin, "/dashboard/developers", "/dashboard/developers/webhook", {"url": "ftp://x"})
-    assert bad.status_code == 400
+    assert bad.status_code == 400 and 'value="ftp://x"' in bad.text  # what was typed, not the saved URL
 
 
 def test_campaign_create_edit_and_preview(admin, http):

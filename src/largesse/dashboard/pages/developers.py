@@ -20,7 +20,7 @@ NOTICES = {"revoked": "API key revoked.", "webhook": "Webhook saved.", "simulate
 
 
 def _page(ctx, status: int = 200, *, error: str | None = None, new_key: str | None = None,
-          notice: str | None = None):
+          notice: str | None = None, typed_url: str | None = None):
     org = ctx.viewer.organization_id
     with db.read(ctx.engine) as conn:
         keys = orgs.list_keys(conn, org)
@@ -33,7 +33,7 @@ def _page(ctx, status: int = 200, *, error: str | None = None, new_key: str | No
         except ApiError as exc:
             error = error or exc.message
     return ctx.render("developers.html", status, title="Developers", keys=keys, hook=hook, signing_key=key,
-                      deliveries=recent, events=webhooks.EVENTS, error=error, new_key=new_key,
+                      deliveries=recent, events=webhooks.EVENTS, error=error, new_key=new_key, typed_url=typed_url,
                       notice=notice or NOTICES.get(ctx.arg("done", max_length=20)))
 
 
@@ -69,18 +69,19 @@ def revoke_key(ctx, key_id: str):
     return ctx.redirect("/dashboard/developers?done=revoked")
 
 
-def _act(ctx, action, done: str):
+def _act(ctx, action, done: str, *, typed_url: str | None = None):
     try:
         action()
-    except ApiError as exc:
-        return _page(ctx, exc.status_code, error=exc.message)
+    except ApiError as exc:  # the form shows what was typed again
+        return _page(ctx, exc.status_code, error=exc.message, typed_url=typed_url)
     return ctx.redirect(f"/dashboard/developers?done={done}")
 
 
 @route(router, "POST", "/developers/webhook", action="admin")
 def set_webhook(ctx):
     url = ctx.form.get("url", max_length=2000)
-    return _act(ctx, lambda: actions.set_url(ctx.engine, ctx.settings, ctx.viewer.organization_id, url), "webhook")
+    return _act(ctx, lambda: actions.set_url(ctx.engine, ctx.settings, ctx.viewer.organization_id, url), "webhook",
+                typed_url=url)
 
 
 def _hook(ctx, webhook_id: str):

@@ -20,11 +20,13 @@ NOTICES = {"invited": f"Invitation sent: they will receive a sign-in link by ema
            "role": "Role changed.", "removed": "Member removed."}
 
 
-def _team(ctx, status: int = 200, *, error: str | None = None):
+def _team(ctx, status: int = 200, *, error: str | None = None, entered: dict | None = None):
+    """The page; after a refused invitation, its form shows what was typed (entered)."""
     with db.read(ctx.engine) as conn:
         people = orgs.list_members(conn, ctx.viewer.organization_id)
     return ctx.render("team.html", status, title="Team", people=people, roles=_ROLE_CHOICES, error=error,
-                      notice=NOTICES.get(ctx.arg("done", max_length=20)))
+                      notice=NOTICES.get(ctx.arg("done", max_length=20)),
+                      entered=entered or {"email": "", "name": "", "role": "MEMBER"})
 
 
 @route(router, "GET", "/team", action="admin")
@@ -43,7 +45,7 @@ def invite(ctx):
             member_id = orgs.add_member_checked(conn, organization_id=org, email=email, name=name, role=role)
             signin.queue_invitation(conn, member_id=member_id, organization_id=org, invited_by=_inviter(ctx))
     except ApiError as exc:
-        return _team(ctx, 400, error=exc.message)
+        return _team(ctx, 400, error=exc.message, entered={"email": email, "name": name or "", "role": role})
     return ctx.redirect("/dashboard/team?done=invited")
 
 
