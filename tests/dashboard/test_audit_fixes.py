@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from sqlalchemy import update
 
 from largesse import db
@@ -28,6 +29,15 @@ def test_a_file_of_more_than_5000_rows_says_so(admin, org):
     status, text = preview_of(admin, "name,email,amount\n" + rows, products=CHARITY_USD)
     assert status == 200, text[:500]
     assert "The file has more than 5000 rows; split it into several files." in text
+    assert "Place order" not in text
+
+
+@pytest.mark.parametrize(("separator", "named"), [(";", "semicolons"), ("\t", "tabs")])
+def test_a_file_separated_by_semicolons_or_tabs_says_so(admin, org, separator, named):
+    """What a European spreadsheet saves as "CSV": the header reads as one column."""
+    header, row = separator.join(("name", "email", "amount")), separator.join(("Ada", org.member_email, "20"))
+    _, text = preview_of(admin, f"{header}\n{row}\n")
+    assert f"The columns seem to be separated by {named}" in text, text
     assert "Place order" not in text
 
 

@@ -208,8 +208,12 @@ def read_csv(content: bytes, fields: list) -> Sheet:
                      [])
     missing = [c for c in REQUIRED_COLUMNS if c not in lower]
     if missing:
+        separator = next((name for mark, name in ((";", "semicolons"), ("\t", "tabs"))
+                          if len(header) == 1 and mark in header[0]), None)
+        hint = (f" The columns seem to be separated by {separator} (as some spreadsheets save CSV): save it as "
+                "CSV with commas and upload it again." if separator else "")
         return Sheet([], [f"The header row must name the columns {', '.join(REQUIRED_COLUMNS)}; "
-                          f"missing: {', '.join(missing)}."], [])
+                          f"missing: {', '.join(missing)}.{hint}"], [])
     by_label = {f.label.lower(): f for f in fields}
     ignored = [h for h in header if h.lower() not in REQUIRED_COLUMNS and h.lower() not in by_label and h]
     rows: list[Row] = []
