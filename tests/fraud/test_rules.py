@@ -114,6 +114,9 @@ def test_removing_the_last_entries_of_review_email_is_refused_like_its_create(ap
 @pytest.mark.parametrize(("rule_type", "body", "payload"), [
     ("review_ip", {"config": {"ips": ["300.1.1.1"]}}, {"config": {"ips": {"0": ["is not an IPv4 or IPv6 address "
                                                                                "or CIDR range"]}}}),
+    # A scoped IPv6 address names an interface of this host: no client ever has it.
+    ("allow_ip", {"config": {"ips": ["8.8.8.8", "fe80::1%eth0"]}}, {"config": {"ips": {"1": [
+        "is not an IPv4 or IPv6 address or CIDR range"]}}}),
     ("review_ip", {"config": {}}, {"config": {"ips": ["is required"]}}),
     ("review_country", {"config": {"type": "greylist", "countries": ["US"]}},
      {"config": {"type": ["must be whitelist or blacklist"]}}),

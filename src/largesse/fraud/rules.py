@@ -84,6 +84,8 @@ def clean_ips(values: list[str], where: tuple) -> list[str]:
     for i, raw in enumerate(values):
         text = raw.strip()
         try:
+            if "%" in text:  # a scoped IPv6 address (fe80::1%eth0) is no client address: it never matches
+                raise ValueError(text)
             if "/" in text:
                 out.append(str(ipaddress.ip_network(text, strict=False)))
             else:
