@@ -71,6 +71,24 @@ def test_placeholders_name_labels_of_any_script(org, http, sink, fast, drain):
     assert "Team 営業, size XL, {{ Nobody }}." in text
 
 
+def test_labels_that_differ_only_in_case_are_two_placeholders(org, http, sink, fast, drain):
+    """`Team` and `team` are two fields (labels are unique as written): each placeholder shows its
+    own field's value, and {{ TEAM }}, which both match ignoring case, stays as written (it showed
+    whichever value came last, even one the reward did not have)."""
+    upper = make_field(http, name="Team", data_type="Text", options=None)
+    lower = make_field(http, name="team", data_type="Text", options=None)
+    meta = {"subject_line": "{{ Team }}/{{ team }}", "message": "X1={{ Team }} X2={{ team }} X3={{ TEAM }}."}
+    values = [{"id": upper["id"], "value": "UPPER"}, {"id": lower["id"], "value": "lower"}]
+    _order(http, org.member_email, custom_fields=values, delivery={"method": "EMAIL", "meta": meta})
+    only_lower = _order(http, org.member_email, custom_fields=values[1:],
+                        delivery={"method": "EMAIL", "meta": {**meta, "subject_line": "only {{ Team }}"}})
+    drain(fast(smtp_url=sink.url))
+    both, single = sorted(sink.handler.to(org.member_email), key=lambda m: m["Subject"].startswith("only"))
+    assert both["Subject"] == "UPPER/lower" and "X1=UPPER X2=lower X3={{ TEAM }}." in _parts(both)[0]
+    assert single["X-Largesse-Reward-Id"] == only_lower and single["Subject"] == "only"
+    assert "X1= X2=lower" in _parts(single)[0]
+
+
 def test_maildir_when_no_smtp_url(org, http, fast, drain, engine, tmp_path):
     reward_id = _order(http, org.member_email)
     drain(fast(smtp_url=None, mail_dir=str(tmp_path / "mail")))

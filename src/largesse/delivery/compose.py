@@ -74,7 +74,7 @@ class RewardMail:
     delivery_meta: dict | None
     email_style: dict | None
     webpage_style: dict | None
-    field_values: dict[str, str]  # casefolded label -> value (every org field; "" when unset)
+    field_values: dict[str, str]  # FieldValues: label -> value (every org field; "" when unset)
     # The sender when neither the order nor the campaign names one, as on the redemption page;
     # empty: the server's LARGESSE_MAIL_FROM_NAME.
     organization_name: str = ""
@@ -87,22 +87,48 @@ def _key(name: str) -> str:
     return label_of(name).casefold()
 
 
+class FieldValues(dict):
+    """Every label of the organization's fields -> the reward's value ("" when it has none),
+    looked up by a placeholder's name: its label as written first (labels are unique as written,
+    so `Team` and `team` are two fields), else the one label it matches ignoring case; none when
+    two labels do ({{ TEAM }} then stays as written rather than show either one's value)."""
+
+    def __init__(self, labels, pairs=()):
+        super().__init__({label: "" for label in labels})
+        self.update(pairs)
+        folds: dict[str, list[str]] = {}
+        for label in self:
+            folds.setdefault(label.casefold(), []).append(label)
+        self.folded = {fold: found[0] for fold, found in folds.items() if len(found) == 1}
+
+    def lookup(self, name: str) -> str | None:
+        label = label_of(name)
+        if label in self:
+            return self[label]
+        only = self.folded.get(label.casefold())
+        return None if only is None else self[only]
+
+
 def fill_placeholders(text: str, values: dict[str, str]) -> str:
+    """values: a FieldValues; a plain dict is keyed by casefolded names (_key)."""
+    lookup = values.lookup if isinstance(values, FieldValues) else (lambda name: values.get(_key(name)))
+
     def replace(match: re.Match) -> str:
-        key = _key(match.group(1))
-        return values[key] if key in values else match.group(0)
+        found = lookup(match.group(1))
+        return match.group(0) if found is None else found
 
     return PLACEHOLDER.sub(replace, text)
 
 
 def unknown_placeholders(text: str | None, labels) -> list[str]:
     """The placeholders in `text` that fill_placeholders leaves as written because no field
-    label matches them (case-insensitively), each once, in order of appearance."""
-    known = {label.casefold() for label in labels}
+    label matches them (as written, or ignoring case when only one does), each once, in order
+    of appearance."""
+    known = FieldValues(labels)
     found: list[str] = []
     for match in PLACEHOLDER.finditer(text or ""):
         name = match.group(1).strip()
-        if _key(name) not in known and name not in found:
+        if known.lookup(name) is None and name not in found:
             found.append(name)
     return found
 
@@ -158,13 +184,10 @@ class Rendered:
     html: str
 
 
-def placeholder_values(labels, pairs) -> dict[str, str]:
-    """RewardMail.field_values: every label of the organization's fields (casefolded) -> the
-    reward's value, "" when it has none. pairs: the reward's (label, value) pairs."""
-    values = {label.casefold(): "" for label in labels}
-    for label, value in pairs:
-        values[label.casefold()] = value
-    return values
+def placeholder_values(labels, pairs) -> FieldValues:
+    """RewardMail.field_values: every label of the organization's fields -> the reward's value,
+    "" when it has none (FieldValues). pairs: the reward's (label, value) pairs."""
+    return FieldValues(labels, pairs)
 
 
 def paragraphs(text: str | None) -> list[str]:
