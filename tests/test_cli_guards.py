@@ -270,7 +270,8 @@ def test_an_unusable_database_url_is_one_line_without_its_password(tmp_path):
     ("LARGESSE_SMTP_TIMEOUT_SECONDS", "nan", "above 0"),
     ("LARGESSE_REDEEM_LIMIT_PER_IP", "60/min", "whole number"),  # read at the first /redeem: every page a 500
     ("LARGESSE_DELIVERY_PROCESSES", "100000", "from 1 to 256"),  # forked until the host starved
-    ("LARGESSE_WORKER_CONCURRENCY", "100000", "from 0 to 256"),
+    ("LARGESSE_WORKER_CONCURRENCY", "100000", "from 1 to 256"),
+    ("LARGESSE_WORKER_CONCURRENCY", "0", "from 1 to 256"),  # serve would start a worker that sends no email
     ("LARGESSE_PUBLIC_URL", "127.0.0.1:8615", "http:// or https://"),  # links without a scheme in every email
     ("LARGESSE_PUBLIC_URL", "http://127.0.0.1:8615?x=1", "without query"),  # ...?x=1/redeem/...
     ("LARGESSE_PUBLIC_URL", "https://", "with a host"),

@@ -161,7 +161,7 @@ class Settings:
             delivery_processes=count("DELIVERY_PROCESSES", "1", 1, MAX_THREADS_OR_PROCESSES),
             delivery_nice=_niceness(get("DELIVERY_NICE", "10")),
             delivery_yield_seconds=seconds("DELIVERY_YIELD_SECONDS", "10", zero=True),
-            worker_concurrency=count("WORKER_CONCURRENCY", "2", 0, MAX_THREADS_OR_PROCESSES),
+            worker_concurrency=count("WORKER_CONCURRENCY", "2", 1, MAX_THREADS_OR_PROCESSES),
             worker_poll_seconds=seconds("WORKER_POLL_SECONDS", "1"),
             webhook_concurrency=count("WEBHOOK_CONCURRENCY", "8", 0, MAX_THREADS_OR_PROCESSES),
             job_lease_seconds=seconds("JOB_LEASE_SECONDS", "10"),

@@ -41,6 +41,22 @@ def test_a_file_separated_by_semicolons_or_tabs_says_so(admin, org, separator, n
     assert "Place order" not in text
 
 
+def test_a_file_placed_before_its_choices_counted_is_still_that_order(admin, http, org):
+    """Orders placed by the earlier code are named by the file's bytes alone: the preview of
+    such a file (uploads are kept a week) still says it went out, and "Place order" is that order."""
+    import hashlib
+
+    content = f"name,email,amount\nAda,{org.member_email},20\n"
+    legacy = "dashboard-csv-" + hashlib.sha256(content.encode()).hexdigest()[:40]
+    body = many_rewards_body(org.member_email, [20])
+    body["external_id"] = legacy
+    first = ok(http.post("/orders", json=body))["order"]["id"]
+    location = upload(admin, content).headers["location"]
+    assert f"already sent with these choices as order {first}" in text_of(admin.get(location).text)
+    assert post(admin, location, location, {}).headers["location"].endswith(first)
+    assert ok(http.get("/orders"))["total_count"] == 1
+
+
 def test_a_row_with_more_cells_than_the_header_is_refused(admin, org):
     email = org.member_email
     status, text = preview_of(admin, f"name,email,amount\nAda,{email},20\nCat,{email},7,5\n"

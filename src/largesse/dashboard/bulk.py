@@ -187,6 +187,12 @@ def external_id_for(sha256: str, options: dict | None, *, again: str | None = No
     return f"dashboard-csv-{key[:40]}" + (f"-{again}" if again else "")
 
 
+def legacy_external_id(sha256: str) -> str:
+    """The external_id of a file placed before its choices counted (the file's bytes alone):
+    such an order is still that file's first (an upload is kept UPLOAD_DAYS)."""
+    return f"dashboard-csv-{sha256[:40]}"
+
+
 def read_csv(content: bytes, fields: list) -> Sheet:
     """Parse the upload; `fields` are the organization's custom fields (rows with .id, .label)."""
     try:

@@ -285,9 +285,10 @@ def _read(ctx, upload_id: str):
         if upload.created_at < bulk.upload_cutoff(utcnow()):  # kept UPLOAD_DAYS (bulk.py)
             raise access.NotFoundPage()
         fields = fields_service.list_for(conn, org)
-        placed = Placed(repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options)),
-                        repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options,
-                                                                               again=upload.id)))
+        first = (repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options))
+                 or repository.get_order(conn, org, bulk.legacy_external_id(upload.sha256)))
+        placed = Placed(first, repository.get_order(conn, org, bulk.external_id_for(
+            upload.sha256, upload.options, again=upload.id)))
         campaign = campaigns_service.get(conn, org, upload.options.get("campaign")) if (
             upload.options or {}).get("campaign") else None
     options = upload.options or {}
@@ -336,8 +337,11 @@ def bulk_place(ctx, upload_id: str):
     if sheet.problems or any(r.problems for r in sheet.rows) or not sheet.rows:
         return ctx.redirect(f"/dashboard/send/bulk/{upload_id}")
     # "Send it again" (the preview offers it once the file went out with these choices): a new
-    # order, still one however often that button is pressed.
+    # order, still one however often that button is pressed. Without it, a file already sent is
+    # that order (whichever way its external_id was made), never a second one.
     again = upload.id if placed.first is not None and ctx.form.get("again", max_length=1) == "1" else None
+    if placed.first is not None and again is None:
+        return ctx.redirect(f"/dashboard/orders/{placed.first.id}")
     body = bulk.order_in([r.reward for r in sheet.rows],
                          external_id=bulk.external_id_for(upload.sha256, upload.options, again=again))
     try:
