@@ -188,6 +188,28 @@ def test_pending_rewards_do_not_expire_and_expiry_starts_at_approval(org, api, h
     assert findings(engine, org) == []
 
 
+def test_a_scheduled_pending_rewards_expiry_counts_from_its_delivery_day(org, api, http, engine):
+    """Approved before its delivery day, a scheduled reward keeps the expiry it was given (its
+    days from that day): the wait for the approval was added on top of it."""
+    set_policy(engine, org, "all")
+    with db.write(engine) as conn:
+        delivery.set_expiry_days(conn, org=org.id, days=30)
+    try:
+        day = (utcnow() + timedelta(days=60)).date()
+        order = ok(http.post("/orders", json=order_body(org.member_email, deliver_at=day.isoformat())))["order"]
+        given = order["rewards"][0]["expires_at"]
+        assert given.startswith((day + timedelta(days=30)).isoformat())
+        with db.write(engine) as conn:  # as if it had waited ten days for the approval
+            created_at = conn.execute(orders.select().where(orders.c.id == order["id"])).first().created_at
+            conn.execute(orders.update().where(orders.c.id == order["id"])
+                         .values(created_at=created_at - timedelta(days=10)))
+        approved = api.approve_order(order["id"]).order
+        assert approved.rewards[0].expires_at.date() == day + timedelta(days=30)
+    finally:
+        with db.write(engine) as conn:
+            delivery.set_expiry_days(conn, org=org.id, days=None)
+
+
 def test_cli_sets_the_policy_and_a_member_decides(org, api, http, cli):
     shown = json.loads(cli("org", "approvals", "--org", org.id, "--json").stdout)
     assert shown == {"organization_id": org.id, "mode": "off", "above": None, "currency_code": "USD",

@@ -22,7 +22,7 @@ from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
 from largesse.errors import Forbidden, Unprocessable
 from largesse.funding import service as funding
-from largesse.orders import repository
+from largesse.orders import lifecycle, repository
 from largesse.orders.models import PENDING_APPROVAL, orders, rewards
 from largesse.orgs import roles
 from largesse.orgs.models import members, organizations
@@ -166,12 +166,16 @@ def approve_order(engine: Engine, *, org: str, order_id: str, by: Decider, via_a
 def _start_delivery(conn: Connection, order, *, now: datetime) -> None:
     """What place_order does for an order that needs no approval, done at approval: LINK
     rewards count as delivered, the others get their delivery jobs (scheduled ones at their
-    deliver_at). Expiry runs from the approval: the time spent waiting is added to expires_at."""
-    waited = now - order.created_at
+    deliver_at). Expiry runs from the approval, or from the delivery day if that is later
+    (lifecycle.delivery_start, as at creation): its time to live is what it was given then."""
     today = now.date()
     updates, job_rows = [], []
     for reward in conn.execute(select(rewards).where(rewards.c.order_id == order.id)).all():
-        expires_at = reward.expires_at + waited if reward.expires_at is not None else None
+        expires_at = None
+        if reward.expires_at is not None:
+            lives = reward.expires_at - lifecycle.delivery_start(reward.delivery_method, reward.deliver_at,
+                                                                 order.created_at)
+            expires_at = lifecycle.delivery_start(reward.delivery_method, reward.deliver_at, now) + lives
         if reward.delivery_method == "LINK":
             updates.append({"rid": reward.id, "delivery_status": "SUCCEEDED", "delivered_at": now,
                             "new_expires_at": expires_at})

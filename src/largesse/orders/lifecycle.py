@@ -9,7 +9,7 @@ already expired for everyone, even before the sweep has run (`status`).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 
 from sqlalchemy import Connection, Row, exists, or_, update
 
@@ -61,3 +61,12 @@ def effective(stored: str, expires_at: datetime | None, *, at: datetime, order_s
     if stored == "ACTIVE" and expires_at is not None and expires_at <= at and order_status != PENDING_APPROVAL:
         return "EXPIRED"
     return stored
+
+
+def delivery_start(method: str, deliver_at: date | None, at: datetime) -> datetime:
+    """When a reward created (or approved) at `at` goes to its recipient: the start of its
+    deliver_at day when that is later and it is sent (EMAIL, PHONE), else `at`. Its delivery
+    job runs then and its expiry counts from then: it cannot expire before it is sent."""
+    if method != "LINK" and deliver_at is not None and deliver_at > at.date():
+        return datetime.combine(deliver_at, datetime.min.time())
+    return at

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import orjson
 from sqlalchemy import Connection, Engine, and_, bindparam, exists, select
@@ -36,7 +36,7 @@ from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
 from largesse.money import MAX_CENTS, MoneyError, amount_in, decimals_for, percent_of, to_cents
 from largesse.ops import metrics
-from largesse.orders import approvals, pg_write, repository
+from largesse.orders import approvals, lifecycle, pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.orders.schemas import CreateOrderIn, RewardIn
 from largesse.orders.wire import field_value_wire, order_to_wire, reward_to_wire
@@ -435,10 +435,8 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
             costs.append((converted, charged - converted))
         else:
             costs.append((cents, fee))
-        scheduled = r.deliver_at is not None and r.deliver_at > today and method != "LINK"
-        # A scheduled reward is sent on its day (UTC midnight); its expiry runs from then, as an
-        # approved one's runs from the approval: it cannot expire before the recipient has it.
-        delivers = datetime.combine(r.deliver_at, datetime.min.time()) if scheduled else now
+        delivers = lifecycle.delivery_start(method, r.deliver_at, now)  # its job and its expiry start then
+        scheduled = delivers != now
         expiry_days = (campaign.reward_expiry_days if campaign and campaign.reward_expiry_days
                        else caller.reward_expiry_days or settings.reward_expiry_days)
         reward_rows.append({
