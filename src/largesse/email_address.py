@@ -10,6 +10,7 @@ two or more DNS labels of 1-63 letters, digits and inner hyphens, 254 characters
 from __future__ import annotations
 
 import re
+import string
 
 MAX_LENGTH = 254
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -17,5 +18,14 @@ DOMAIN = re.compile(_LABEL + r"(?:\." + _LABEL + r")+")
 _ADDRESS = re.compile(r"[^@\s\"'<>(),;:\\]{1,64}@" + DOMAIN.pattern)
 
 
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
 def valid(address: str) -> bool:
     return len(address) <= MAX_LENGTH and _ADDRESS.fullmatch(address) is not None
+
+
+def folded(text: str) -> str:
+    """Lower case for ASCII letters only, as addresses compare: a non-ASCII letter whose lower
+    case is ASCII (KELVIN SIGN "\u212a") names another mailbox, never "k"'s."""
+    return text.translate(_ASCII_LOWER)

@@ -13,7 +13,7 @@ from tremendous.exceptions import NotFoundException, UnprocessableEntityExceptio
 from largesse import db
 from largesse.catalog.models import products
 from largesse.funding.models import ledger_entries
-from tests.factories import available_cents
+from tests.factories import available_cents, ok
 from tests.fraud.conftest import events_for, link_reward, payout_count, redeem, refund_count, tagged
 from tests.redemption.conftest import GIFT_CARD, fake_ip
 
@@ -214,6 +214,24 @@ def test_email_lists_match_the_mailbox_as_members_are_compared(org, api, http):
                      ).status_code == 200
     allowed, link = link_reward(org)
     assert "TEST-" in redeem(link)  # allowed, listed by another of its spellings: never held
+    with pytest.raises(NotFoundException):
+        api.get_fraud_review(allowed)
+
+
+def test_an_allowed_address_does_not_allow_its_lookalike(org, api, http):
+    """allow_email of kim@ must not exempt \u212aim@ (KELVIN SIGN), another mailbox: both the
+    rule's entry and the recipient were lower-cased with Unicode rules, which make it kim@."""
+    kim = f"kim-{org.id.lower()}@example.org"
+    lookalike = kim.replace("k", "\u212a", 1)
+    for address in (kim, lookalike):
+        ok(http.post("/members", json={"email": address, "role": "MEMBER"}))
+    ok(http.post("/fraud_rules/review_email", json={"config": {"domains": ["example.org"]}}))
+    ok(http.post("/fraud_rules/allow_email", json={"config": {"emails": [kim.upper()]}}))
+    allowed, link = link_reward(org, email=kim)
+    assert "TEST-" in redeem(link)
+    held, link = link_reward(org, email=lookalike)
+    redeem(link)
+    assert api.get_fraud_review(held).fraud_review.reasons == ["Disallowed email"]
     with pytest.raises(NotFoundException):
         api.get_fraud_review(allowed)
 

@@ -110,7 +110,7 @@ def clean_countries(values: list[str], where: tuple) -> list[str]:
 def clean_emails(values: list[str], where: tuple) -> list[str]:
     out = []
     for i, raw in enumerate(values):
-        email = raw.strip().lower()
+        email = email_address.folded(raw.strip())  # stored lower-case, as addresses compare
         if not email_address.valid(email):
             raise problem((*where, i), "is not a valid email address")
         out.append(email)

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
-from largesse import db
+from largesse import db, email_address
 from largesse.errors import NotFound
 from largesse.fraud import rules as R
 from largesse.fraud.models import fraud_reviews, fraud_rules, redemption_signals
@@ -156,7 +156,7 @@ def evaluate(conn: Connection, *, reward, product, client: Client | None, at: da
     ip = str(address) if address else None
     # Only a digest of the device cookie is stored and shown: the cookie itself stays in the browser.
     device = hashlib.sha256(client.device_id.encode()).hexdigest()[:32] if client.device_id else None
-    email = (reward.recipient_email or "").strip().lower() or None
+    email = email_address.folded((reward.recipient_email or "").strip()) or None  # as addresses compare
     country = country_of(ip)
     org = reward.organization_id
     insert = db.upsert_insert(conn)

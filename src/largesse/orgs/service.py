@@ -9,7 +9,6 @@ addresses, and an organization never loses its last administrator.
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, bindparam, delete, exists, func, or_, select, update
@@ -47,9 +46,6 @@ def clean_name(name: str) -> str:
     return cleaned
 
 
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
-
-
 def email_key(email: str) -> str:
     """The mailbox an address names, for comparing addresses (members' uniqueness, the sandbox's
     recipient rule, sign-in): alice+fail@x.org and Alice@X.org are one mailbox. The local part
@@ -57,7 +53,7 @@ def email_key(email: str) -> str:
     names another mailbox, which must not pass for a member's. Domains fold whole (IDNA maps
     case). Migration 0023 re-keyed the stored members."""
     local, _, domain = email.strip().rpartition("@")
-    local = local.translate(_ASCII_LOWER).split("+", 1)[0]
+    local = email_address.folded(local).split("+", 1)[0]
     return f"{local}@{domain.lower()}"
 
 
