@@ -244,7 +244,7 @@ def _keep_key_file_with(database_url: str, target) -> None:
     """Without LARGESSE_SECRET_KEY, webhook signing keys are encrypted with a generated key file
     beside the database: a copy without it restores webhooks that cannot sign (409). It goes
     beside the copy too, where a server pointed at the copy looks for it."""
-    import shutil
+    import os
 
     from largesse.webhooks.crypto import KEY_FILE_NAME, key_file_path
 
@@ -255,8 +255,9 @@ def _keep_key_file_with(database_url: str, target) -> None:
     if beside.resolve() == key.resolve():
         typer.echo(f"the webhook key file {key} is in the same folder: keep it with the copy")
     elif not beside.exists():
-        shutil.copyfile(key, beside)
-        beside.chmod(0o600)
+        # Created owner-only (O_EXCL, 0600) before a byte of the secret is written, as the key file itself is.
+        with os.fdopen(os.open(beside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as copy:
+            copy.write(key.read_bytes())
         typer.echo(f"copied the webhook key file to {beside} (LARGESSE_SECRET_KEY is unset: webhook signing "
                    "keys are encrypted with it); restore it together with the database")
     elif beside.read_bytes() != key.read_bytes():

@@ -75,6 +75,9 @@ def create_org(conn: Connection, *, name: str, member_email: str, member_name: s
     if currency is None:
         raise OrgError(f"{currency_code!r} is not an ISO 4217 currency code Largesse supports")
     currency_code = currency
+    member_email = member_email.strip()
+    if not email_address.valid(member_email):  # the one rule (email_address.py): sign-in takes no other
+        raise OrgError(f"{member_email!r} is not a valid email address")
     org_id = new_id()
     conn.execute(organizations.insert().values(
         id=org_id, name=name, currency_code=currency_code, fee_basis_points=0, fee_flat_cents=0,
