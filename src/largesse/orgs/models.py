@@ -35,7 +35,7 @@ members = Table(
     Column("id", String(20), primary_key=True),
     Column("organization_id", String(20), ForeignKey("organizations.id"), nullable=False),
     Column("email", String(320), nullable=False),
-    # orgs.service.email_key: the mailbox (ASCII case folded, no +tag), as addresses compare (sandbox recipients, sign-in).
+    # orgs.service.email_key: the mailbox (ASCII case folded, no +tag), as addresses compare.
     Column("email_key", String(320), nullable=False),
     Column("name", String(200), nullable=True),
     Column("role", String(40), nullable=False, default="ADMIN"),
