@@ -224,7 +224,7 @@ def _address_list(org: str, rule_type: str, updated_at, entries: list[str]) -> _
     return parsed
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def _mailboxes(emails: tuple[str, ...]) -> frozenset[str]:
     """A rule's listed addresses as mailboxes (cached: a list holds up to 50,000)."""
     return frozenset(email_key(e) for e in emails)
