@@ -23,3 +23,33 @@ def test_an_older_database_is_upgraded_and_a_current_one_left_alone(tmp_path):
     assert is_at_head(engine)
     upgrade(engine)  # at head: a no-op
     engine.dispose()
+
+
+def test_the_address_foldings_are_migrated_on_stored_rows(engine, org, http):
+    """0023 re-keys members and 0024 re-folds redemption signals whose addresses have non-ASCII
+    letters, which the older code lower-cased with Unicode rules ("Ärger" became "ärger": another
+    mailbox's key, and a recipient whose signals no longer matched their own address)."""
+    import secrets
+
+    from sqlalchemy import insert, select, update
+
+    from largesse.fraud.models import redemption_signals
+    from largesse.orgs.models import members
+    from largesse.timeutil import utcnow
+    from tests.factories import ok, order_body
+
+    address = f"Ärger-{secrets.token_hex(3)}@Example.org"
+    ok(http.post("/members", json={"email": address, "role": "MEMBER"}))
+    reward = ok(http.post("/orders", json=order_body(address, method="LINK")))["order"]["rewards"][0]["id"]
+    with db.write(engine) as conn:  # the rows as the older code wrote them
+        conn.execute(update(members).where(members.c.email == address).values(email_key=address.lower()))
+        conn.execute(insert(redemption_signals).values(reward_id=reward, organization_id=org.id,
+                                                       email=address.lower(), created_at=utcnow()))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0022'"))
+    upgrade(engine)
+    folded = "Ä" + address[1:].lower()
+    with db.read(engine) as conn:
+        assert conn.execute(select(members.c.email_key).where(members.c.email == address)).scalar_one() == folded
+        assert conn.execute(select(redemption_signals.c.email).where(
+            redemption_signals.c.reward_id == reward)).scalar_one() == folded
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == alembic_head()

@@ -256,8 +256,13 @@ def _keep_key_file_with(database_url: str, target) -> None:
         typer.echo(f"the webhook key file {key} is in the same folder: keep it with the copy")
     elif not beside.exists():
         # Created owner-only (O_EXCL, 0600) before a byte of the secret is written, as the key file itself is.
-        with os.fdopen(os.open(beside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as copy:
-            copy.write(key.read_bytes())
+        try:
+            with os.fdopen(os.open(beside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as copy:
+                copy.write(key.read_bytes())
+        except OSError as exc:  # e.g. a dangling link of that name, or another backup writing it now
+            typer.echo(f"warning: could not copy the webhook key file {key} beside the backup ({exc}); "
+                       "keep a copy of it with the backup", err=True)
+            return
         typer.echo(f"copied the webhook key file to {beside} (LARGESSE_SECRET_KEY is unset: webhook signing "
                    "keys are encrypted with it); restore it together with the database")
     elif beside.read_bytes() != key.read_bytes():
@@ -290,13 +295,13 @@ def org_create(
     name = created.name
     data = {
         "organization_id": created.organization_id, "name": name, "environment": settings.environment,
-        "member_id": created.member_id, "member_email": member_email,
+        "member_id": created.member_id, "member_email": member_email.strip(),
         "funding_source_id": created.funding_source_id, "available_cents": created.available_cents,
         "api_key_id": created.api_key_id, "api_key": created.api_key,
     }
     emit(data, as_json, "\n".join([
         f"organization   {created.organization_id}  {name} ({settings.environment})",
-        f"member         {created.member_id}  {member_email}",
+        f"member         {created.member_id}  {member_email.strip()}",
         f"balance        {created.funding_source_id}  {money_text(created.available_cents, currency.upper())}",
         f"api key        {created.api_key}",
         "               (shown once: it is stored only as a hash)",

@@ -205,6 +205,15 @@ def test_a_scheduled_pending_rewards_expiry_counts_from_its_delivery_day(org, ap
                          .values(created_at=created_at - timedelta(days=10)))
         approved = api.approve_order(order["id"]).order
         assert approved.rewards[0].expires_at.date() == day + timedelta(days=30)
+        # One stored before expiry ran from the delivery day (created + 30 days, before its day
+        # of 60): approved, it runs 30 days from its delivery, never ends before it is sent.
+        legacy = ok(http.post("/orders", json=order_body(org.member_email, deliver_at=day.isoformat())))["order"]
+        with db.write(engine) as conn:
+            created_at = conn.execute(orders.select().where(orders.c.id == legacy["id"])).first().created_at
+            conn.execute(rewards.update().where(rewards.c.order_id == legacy["id"])
+                         .values(expires_at=created_at + timedelta(days=30)))
+        approved = api.approve_order(legacy["id"]).order
+        assert approved.rewards[0].expires_at.date() == day + timedelta(days=30)
     finally:
         with db.write(engine) as conn:
             delivery.set_expiry_days(conn, org=org.id, days=None)

@@ -44,7 +44,7 @@ redemption_signals = Table(
     "redemption_signals", metadata,
     Column("reward_id", String(20), ForeignKey("rewards.id"), primary_key=True),
     Column("organization_id", String(20), nullable=False),
-    Column("email", String(320), nullable=True),  # lower-cased
+    Column("email", String(320), nullable=True),  # email_address.folded (ASCII letters lower-cased)
     Column("ip", String(64), nullable=True),
     Column("country", String(2), nullable=True),
     Column("device_id", String(64), nullable=True),

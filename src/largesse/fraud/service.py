@@ -15,7 +15,6 @@ UPDATE of the reward, which also excludes a concurrent cancel or expiry.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import ipaddress
 import logging
@@ -170,7 +169,9 @@ def evaluate(conn: Connection, *, reward, product, client: Client | None, at: da
     configured = {row.rule_type: row.config for row in rows}
     for row in rows:
         if row.rule_type in (R.REVIEW_IP, R.ALLOW_IP):
-            configured[row.rule_type] = _address_list(org, row.rule_type, row.updated_at, row.config.get("ips") or [])
+            configured[row.rule_type] = _parsed(org, row, "ips", _AddressList)
+        elif row.rule_type in (R.REVIEW_EMAIL, R.ALLOW_EMAIL):
+            configured[row.rule_type] = {**row.config, "mailboxes": _parsed(org, row, "emails", _mailboxes)}
     reasons = _reasons(conn, configured, reward=reward, address=address, ip=ip, email=email, device=device,
                        country=country, at=at)
     if not reasons:
@@ -208,32 +209,40 @@ class _AddressList:
                                         or any(address in n for n in self.networks))
 
 
-_PARSED: dict[tuple, _AddressList] = {}
+_PARSED: dict[tuple, object] = {}
 _PARSED_MAX = 256
 
 
-def _address_list(org: str, rule_type: str, updated_at, entries: list[str]) -> _AddressList:
+def _parsed(org: str, rule, key: str, parse):
+    """parse(the rule's list `key`), cached per process until the rule changes (its updated_at),
+    so a redemption does not parse 50,000 entries: an _AddressList of IPs, or _mailboxes."""
+    entries = rule.config.get(key) or []
     # updated_at has millisecond precision: the size and ends tell apart two versions written
     # by different processes within the same millisecond.
-    key = (org, rule_type, updated_at, len(entries), entries[0] if entries else None, entries[-1] if entries else None)
-    parsed = _PARSED.get(key)
+    cache_key = (org, rule.rule_type, rule.updated_at, len(entries), entries[0] if entries else None,
+                 entries[-1] if entries else None)
+    parsed = _PARSED.get(cache_key)
     if parsed is None:
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()  # a crude bound: rebuilding costs one parse per rule
-        parsed = _PARSED[key] = _AddressList(entries)
+        parsed = _PARSED[cache_key] = parse(entries)
     return parsed
 
 
-@functools.lru_cache(maxsize=16)
-def _mailboxes(emails: tuple[str, ...]) -> frozenset[str]:
-    """A rule's listed addresses as mailboxes (cached: a list holds up to 50,000)."""
+def _mailboxes(emails: list[str]) -> frozenset[str]:
+    """A rule's listed addresses as mailboxes (orgs.service.email_key). An entry stored before
+    migration 0024 was lower-cased with Unicode rules: its non-ASCII capitals are lost, so it
+    may no longer match a recipient who has them (docs/fraud.md: re-enter such entries)."""
     return frozenset(email_key(e) for e in emails)
 
 
 def _mailbox_listed(email: str | None, config: dict) -> bool:
     """Is the address's mailbox listed? Compared as members are (orgs.service.email_key: ASCII
     case, no +tag): x+1@y.com is x@y.com's mailbox, and listing one holds or allows the other."""
-    return bool(email) and email_key(email) in _mailboxes(tuple(config.get("emails") or ()))
+    if not email:
+        return False
+    mailboxes = config.get("mailboxes")
+    return email_key(email) in (mailboxes if mailboxes is not None else _mailboxes(config.get("emails") or []))
 
 
 def _email_listed(email: str | None, config: dict) -> bool:

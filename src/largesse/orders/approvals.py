@@ -13,7 +13,7 @@ the CLI, the API and the dashboard call these functions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine, bindparam, select, update
 
@@ -175,6 +175,8 @@ def _start_delivery(conn: Connection, order, *, now: datetime) -> None:
         if reward.expires_at is not None:
             lives = reward.expires_at - lifecycle.delivery_start(reward.delivery_method, reward.deliver_at,
                                                                  order.created_at)
+            if lives <= timedelta(0):  # created before expiry ran from the delivery day: it ran from creation
+                lives = reward.expires_at - order.created_at
             expires_at = lifecycle.delivery_start(reward.delivery_method, reward.deliver_at, now) + lives
         if reward.delivery_method == "LINK":
             updates.append({"rid": reward.id, "delivery_status": "SUCCEEDED", "delivered_at": now,

@@ -273,6 +273,7 @@ class Placed:
     of it), and `again`, this upload sent again as a new order on the sender's word."""
     first: object | None
     again: object | None
+    legacy: bool = False  # `first` was placed before the choices counted: its own may have differed
 
 
 def _read(ctx, upload_id: str):
@@ -285,10 +286,11 @@ def _read(ctx, upload_id: str):
         if upload.created_at < bulk.upload_cutoff(utcnow()):  # kept UPLOAD_DAYS (bulk.py)
             raise access.NotFoundPage()
         fields = fields_service.list_for(conn, org)
-        first = (repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options))
-                 or repository.get_order(conn, org, bulk.legacy_external_id(upload.sha256)))
+        first = repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options))
+        legacy = first is None and (first := repository.get_order(
+            conn, org, bulk.legacy_external_id(upload.sha256))) is not None
         placed = Placed(first, repository.get_order(conn, org, bulk.external_id_for(
-            upload.sha256, upload.options, again=upload.id)))
+            upload.sha256, upload.options, again=upload.id)), legacy)
         campaign = campaigns_service.get(conn, org, upload.options.get("campaign")) if (
             upload.options or {}).get("campaign") else None
     options = upload.options or {}
