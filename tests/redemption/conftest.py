@@ -61,7 +61,8 @@ def inventory_product(engine, *, codes: list[str], fulfillment: str | None = "in
     rows = catalog.parse_catalog({"products": [{
         "id": product_id, "name": "Inventory Books", "description": "Real codes from the operator's stock.",
         "category": "merchant_card", "disclosure": "No cash value.", "usage_instructions": "Enter the code.",
-        "countries": ["US"], "skus": [{"min": 1, "max": 500, "currency_code": "USD"}],
+        # A 25 USD card (link_reward's default value): a code is worth its product's one value.
+        "countries": ["US"], "skus": [{"min": 25, "max": 25, "currency_code": "USD"}],
         "images": [{"src": "static/products/PGCNWBOOKS01US.svg", "type": "card"}], "fulfillment": fulfillment,
     }]})
     with db.write(engine) as conn:

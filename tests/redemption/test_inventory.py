@@ -82,3 +82,33 @@ def test_the_sandbox_takes_no_codes_of_a_database_that_serves_production(org, pr
     with db.read(engine) as conn:
         row = next(r for r in inventory.stock(conn) if r["product_id"] == product_id)
     assert (row["issued"], row["available"]) == (0, 1)
+
+
+def test_codes_serve_only_a_product_of_one_value(prod_org, engine, cli, tmp_path):
+    """A code carries no value of its own: a 400 EUR reward got a code loaded as a 25 USD card of
+    a product offered at 5-500 in four currencies. Such a product takes no codes, and codes that
+    reached one earlier are never issued."""
+    from sqlalchemy import insert, update
+
+    from largesse.catalog.models import products
+    from largesse.redemption.models import inventory_codes
+    from largesse.timeutil import utcnow
+
+    product_id = inventory_product(engine, codes=[])
+    with db.write(engine) as conn:  # offered over a range now, as the audit's product was
+        conn.execute(update(products).where(products.c.id == product_id).values(
+            skus=[{"min_cents": 500, "max_cents": 50000, "currency_code": "USD"}]))
+    (tmp_path / "codes.csv").write_text("CARD-25-1\n")
+    refused = cli("inventory", "import", product_id, str(tmp_path / "codes.csv"), check=False)
+    assert refused.returncode == 1 and "one fixed value in one currency" in refused.stderr, refused.stderr
+    with db.write(engine) as conn:  # a code loaded before the import refused it
+        conn.execute(insert(inventory_codes).values(product_id=product_id, code="OLD-CODE-1", imported_at=utcnow()))
+    _, link = link_reward(prod_org, products=(product_id, GIFT_CARD))
+    with page_client() as client:
+        page = client.get(link)
+        assert "Unavailable: Not available at the moment" in page.text
+        refused = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": product_id})
+        assert refused.status_code == 409 and "OLD-CODE-1" not in refused.text
+    with db.read(engine) as conn:
+        row = next(r for r in inventory.stock(conn) if r["product_id"] == product_id)
+    assert (row["issued"], row["available"]) == (0, 1)

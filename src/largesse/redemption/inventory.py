@@ -14,6 +14,7 @@ from sqlalchemy import Connection, case, func, select
 
 from largesse import db
 from largesse.catalog.models import products
+from largesse.money import amount_in
 from largesse.redemption.models import inventory_codes
 from largesse.timeutil import utcnow
 
@@ -56,12 +57,32 @@ def _count(conn: Connection, product_id: str) -> int:
     ).scalar_one()
 
 
+def card_value(product) -> tuple[int, str] | None:
+    """The one value (cents, currency) of a product that inventory can serve: a single SKU whose
+    minimum is its maximum. A code carries no value of its own, so a product offered over a range
+    or in several currencies would hand any reward the next code, whatever it is worth (a 400 EUR
+    reward got a 25 USD card); inventory serves none of those."""
+    skus = product.skus or []
+    if len(skus) == 1 and skus[0]["min_cents"] == skus[0]["max_cents"]:
+        return skus[0]["min_cents"], skus[0]["currency_code"]
+    return None
+
+
 def import_codes(conn: Connection, product_id: str, text: str) -> tuple[int, int, str | None]:
-    """Load codes for a product in the caller's transaction: (imported, skipped, fulfillment)."""
-    product = conn.execute(select(products.c.id, products.c.fulfillment).where(products.c.id == product_id)).first()
+    """Load codes for a product in the caller's transaction: (imported, skipped, fulfillment).
+    InventoryError for a product without one fixed value (card_value), which no code could fit."""
+    product = conn.execute(select(products.c.id, products.c.fulfillment, products.c.skus)
+                           .where(products.c.id == product_id)).first()
     if product is None:
         raise InventoryError(f"no product {product_id}")
     rows, duplicates = parse_codes(text)
+    if rows and card_value(product) is None:
+        offered = ", ".join(f"{amount_in(s['min_cents'], s['currency_code'])}-"
+                            f"{amount_in(s['max_cents'], s['currency_code'])} {s['currency_code']}"
+                            for s in product.skus or [])
+        raise InventoryError(f"{product_id} is offered at {offered or 'no value'}: a code carries no value of its own, "
+                             "so inventory serves only a product of one fixed value in one currency (one SKU whose "
+                             "min is its max); make a product per card value")
     before = _count(conn, product_id)
     if rows:
         insert = db.upsert_insert(conn)

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, select, update
 from largesse.config import Settings
 from largesse.money import format_money
 from largesse.orgs.models import organizations
+from largesse.redemption import inventory
 from largesse.redemption.models import inventory_codes
 from largesse.timeutil import utcnow
 
@@ -59,6 +60,8 @@ class InventoryProvider:
     def why_unavailable(self, conn: Connection, product, settings: Settings) -> str | None:
         if settings.sandbox and _serves_production(conn):
             return "Not available in the sandbox"
+        if inventory.card_value(product) is None:  # codes loaded before the import refused them
+            return "Not available at the moment"
         available = conn.execute(
             select(inventory_codes.c.id)
             .where(inventory_codes.c.product_id == product.id, inventory_codes.c.issued_at.is_(None))
@@ -69,6 +72,8 @@ class InventoryProvider:
     def issue(self, conn: Connection, *, reward, product, settings: Settings) -> Issued:
         if settings.sandbox and _serves_production(conn):
             raise OutOfStock(product.id)
+        if inventory.card_value(product) != (reward.denomination_cents, reward.currency_code):
+            raise OutOfStock(product.id)  # a code is worth the card's one value, never another (card_value)
         pick = (
             select(inventory_codes.c.id)
             .where(inventory_codes.c.product_id == product.id, inventory_codes.c.issued_at.is_(None))
