@@ -78,3 +78,27 @@ def test_every_currency_has_the_dashboards_number():
             assert format_money(cents, currency) == (f"{symbol}{number}" if symbol else f"{number} {currency}")
             if decimals_for(currency) == 0:
                 assert "." not in number
+
+
+def test_the_email_fits_a_phone_and_marks_its_languages(browser):
+    """A long link in the message, a long name or a tall logo made the email wider than a phone
+    (627 px at 390: the Redeem button cut off). Only the sender's copy is in the reward's
+    `language` (the template's own words are English), each paragraph in its own direction."""
+    from dataclasses import replace
+
+    link_text = "https://intranet.example.com/hr/recognition/2026/q4/announcements/employee?id=123456789&ref=email"
+    mail = replace(_mail(2500, "USD"), language="ar", recipient_name="N" * 200, email_style={
+        "logo_image_url": "https://example.com/logo.png", "logo_image_height_px": 400},
+        delivery_meta={"message": f"Read it: {link_text}\n\nشكرا لعملك الرائع!"})
+    rendered = compose.render(mail, link="https://example.com/redeem/x", mail_from_name="L")
+    assert '<html lang="en">' in rendered.html
+    assert '<p style="margin:0 0 16px 0;" lang="ar" dir="auto">شكرا لعملك الرائع!</p>' in rendered.html
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        page = context.new_page()
+        page.route("**/*", lambda route: route.abort())  # the logo's host: nothing leaves the machine
+        page.set_content(rendered.html)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        assert page.evaluate("document.querySelector('img').getAttribute('height')") == "160"
+    finally:
+        context.close()

@@ -85,9 +85,9 @@ def test_page_copy_is_the_emails(org):
     with page_client() as client:
         page = client.get(link)
     assert page.status_code == 200
-    assert re.search(r'<h1 id="headline">Hello R&amp;D!</h1>', page.text)
-    assert '<p class="message">Dear R&amp;D colleague,</p>' in page.text
-    assert '<p class="message">thank you &amp; enjoy.</p>' in page.text
+    assert re.search(r'<h1 id="headline" dir="auto">Hello R&amp;D!</h1>', page.text)
+    assert '<p class="message" dir="auto">Dear R&amp;D colleague,</p>' in page.text
+    assert '<p class="message" dir="auto">thank you &amp; enjoy.</p>' in page.text
     assert "Campaign copy" not in page.text and "{{" not in page.text
 
 
