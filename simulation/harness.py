@@ -26,7 +26,7 @@ from largesse.webhooks import crypto
 from largesse.webhooks import service as webhooks
 from simulation.faults import Killed, KillingTransport, StatementFault
 from simulation.model import Model, OrgM
-from simulation.ops import INVENTORY_PRODUCT, harvest_mail
+from simulation.ops import INVENTORY_CENTS, INVENTORY_PRODUCT, harvest_mail
 from simulation.parts import Clock, Database, SmtpServer, WebhookReceiver
 
 
@@ -164,7 +164,9 @@ class Simulation:
         with db.write(self.engine) as conn:
             catalog.import_rows(conn, catalog.parse_catalog({"products": [{
                 "id": INVENTORY_PRODUCT, "name": "Simulated Inventory Card", "category": "merchant_card",
-                "countries": ["US"], "skus": [{"min": 5, "max": 500, "currency_code": "USD"}],
+                # One fixed value: a code is a card of its product's one value (inventory.card_value).
+                "countries": ["US"], "skus": [{"min": INVENTORY_CENTS // 100, "max": INVENTORY_CENTS // 100,
+                                               "currency_code": "USD"}],
                 "fulfillment": "inventory"}]}))
         self.restock(3)
 

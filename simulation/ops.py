@@ -32,6 +32,7 @@ from simulation.model import OrderM, OrgM, RewardM, Violation
 # USD products of the shipped catalog with the sandbox provider, and the simulation's own
 # inventory card (harness.py), all valid from 5 to 500 USD.
 INVENTORY_PRODUCT = "PSIMINVENTRY01US"
+INVENTORY_CENTS = 2500  # its one value: a reward offering it is of that value
 PRODUCTS = ["PGCNWBOOKS01US", "PVCMERIDUS01US", "PCHOCEANTR01US", "PCSBANKACH01US", INVENTORY_PRODUCT]
 NOT_OFFERED = "PGCPIXLARC01US"
 LANES = [job_queue.MAIL, job_queue.MAIL, job_queue.WEBHOOK]
@@ -60,8 +61,11 @@ def _reward_body(sim, org: OrgM) -> tuple[dict, dict]:
     tag = rng.choices(["fail", "tempfail", f"r{rng.randrange(10**6)}"], [3, 5, 92])[0]
     email = f"{local}+{tag}@{domain}"
     cents = rng.randrange(500, 15001)
+    products = rng.sample(PRODUCTS, rng.randint(1, 3))
+    if INVENTORY_PRODUCT in products:
+        cents = INVENTORY_CENTS
     body = {"value": {"denomination": cents / 100}, "recipient": {"name": f"Recipient {tag}", "email": email},
-            "delivery": {"method": method}, "products": rng.sample(PRODUCTS, rng.randint(1, 3))}
+            "delivery": {"method": method}, "products": products}
     if method == "EMAIL" and rng.random() < 0.1:
         body["deliver_at"] = (sim.clock.now.date() + timedelta(days=rng.randint(1, 3))).isoformat()
     return body, {"method": method, "email": email, "cents": cents, "products": body["products"]}
