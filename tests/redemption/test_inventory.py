@@ -74,11 +74,17 @@ def test_the_sandbox_takes_no_codes_of_a_database_that_serves_production(org, pr
     balance cannot take them (a sandbox-only database issues its codes: the tests above)."""
     product_id = inventory_product(engine, codes=["REAL-CODE-1,1234"])
     _, link = link_reward(org, products=(product_id, GIFT_CARD))
+    _refused_and_kept(engine, link, product_id, "Not available in the sandbox", "REAL-CODE-1")
+
+
+def _refused_and_kept(engine, link: str, product_id: str, reason: str, code: str) -> None:
+    """The page shows the product unavailable for `reason`, choosing it is refused without
+    `code`, and the product's one code stays unissued."""
     with page_client() as client:
         page = client.get(link)
-        assert "Unavailable: Not available in the sandbox" in page.text
+        assert f"Unavailable: {reason}" in page.text
         refused = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": product_id})
-        assert refused.status_code == 409 and "REAL-CODE-1" not in refused.text
+        assert refused.status_code == 409 and code not in refused.text
     with db.read(engine) as conn:
         row = next(r for r in inventory.stock(conn) if r["product_id"] == product_id)
     assert (row["issued"], row["available"]) == (0, 1)
@@ -104,11 +110,4 @@ def test_codes_serve_only_a_product_of_one_value(prod_org, engine, cli, tmp_path
     with db.write(engine) as conn:  # a code loaded before the import refused it
         conn.execute(insert(inventory_codes).values(product_id=product_id, code="OLD-CODE-1", imported_at=utcnow()))
     _, link = link_reward(prod_org, products=(product_id, GIFT_CARD))
-    with page_client() as client:
-        page = client.get(link)
-        assert "Unavailable: Not available at the moment" in page.text
-        refused = client.post(link, data={"csrf_token": csrf_of(page.text), "product_id": product_id})
-        assert refused.status_code == 409 and "OLD-CODE-1" not in refused.text
-    with db.read(engine) as conn:
-        row = next(r for r in inventory.stock(conn) if r["product_id"] == product_id)
-    assert (row["issued"], row["available"]) == (0, 1)
+    _refused_and_kept(engine, link, product_id, "Not available at the moment", "OLD-CODE-1")

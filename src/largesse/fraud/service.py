@@ -239,10 +239,7 @@ def _mailboxes(emails: list[str]) -> frozenset[str]:
 def _mailbox_listed(email: str | None, config: dict) -> bool:
     """Is the address's mailbox listed? Compared as members are (orgs.service.email_key: ASCII
     case, no +tag): x+1@y.com is x@y.com's mailbox, and listing one holds or allows the other."""
-    if not email:
-        return False
-    mailboxes = config.get("mailboxes")
-    return email_key(email) in (mailboxes if mailboxes is not None else _mailboxes(config.get("emails") or []))
+    return bool(email) and email_key(email) in config["mailboxes"]  # evaluate() parsed them (_parsed)
 
 
 def _email_listed(email: str | None, config: dict) -> bool:

@@ -276,6 +276,20 @@ class Placed:
     legacy: bool = False  # `first` was placed before the choices counted: its own may have differed
 
 
+def _placed(conn, org: str, upload) -> Placed:
+    """The orders of this upload's file (Placed). An upload is sent again only after its file was
+    first sent, so without a first order there is no second to look for."""
+    first = repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options))
+    legacy = False
+    if first is None:
+        first = repository.get_order(conn, org, bulk.legacy_external_id(upload.sha256))
+        legacy = first is not None
+    if first is None:
+        return Placed(None, None)
+    again = repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options, again=upload.id))
+    return Placed(first, again, legacy)
+
+
 def _read(ctx, upload_id: str):
     """The upload, its rows (each with its RewardIn or its problems), the orders it was placed
     as (Placed), and its campaign. The rows are checked one by one here; the order as a
@@ -286,11 +300,7 @@ def _read(ctx, upload_id: str):
         if upload.created_at < bulk.upload_cutoff(utcnow()):  # kept UPLOAD_DAYS (bulk.py)
             raise access.NotFoundPage()
         fields = fields_service.list_for(conn, org)
-        first = repository.get_order(conn, org, bulk.external_id_for(upload.sha256, upload.options))
-        legacy = first is None and (first := repository.get_order(
-            conn, org, bulk.legacy_external_id(upload.sha256))) is not None
-        placed = Placed(first, repository.get_order(conn, org, bulk.external_id_for(
-            upload.sha256, upload.options, again=upload.id)), legacy)
+        placed = _placed(conn, org, upload)
         campaign = campaigns_service.get(conn, org, upload.options.get("campaign")) if (
             upload.options or {}).get("campaign") else None
     options = upload.options or {}
