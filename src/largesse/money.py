@@ -17,7 +17,15 @@ import re
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 from typing import Annotated, Any
 
-from pydantic import BaseModel, PlainSerializer, PlainValidator, ValidationError, ValidationInfo, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    PlainSerializer,
+    PlainValidator,
+    SerializationInfo,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+)
 
 MAX_CENTS = 10**13  # 100 billion units: far above any reward, far below 64-bit overflow
 # 10**11 units == MAX_CENTS, the largest amount (its leading digit's exponent is 11): larger
@@ -196,9 +204,39 @@ def _amount_input(value: Any, info: ValidationInfo) -> Decimal:
     return Decimal(value)
 
 
-def _amount_output(value: Decimal) -> float | int:
-    # What request fingerprints (orders.service.request_hash) have always hashed: a float.
-    return float(value)
+LEGACY_FLOAT = "largesse.money.legacy_float"  # serialization-context key: amounts as the float of old
+
+
+def _amount_output(value: Decimal, info: SerializationInfo) -> str | float:
+    """An Amount in JSON form, which only request fingerprints read (orders.service.request_hash):
+    its exact value, one text per number (25, 25.0 and 2.5E+1 alike). With the context key
+    LEGACY_FLOAT, the float that fingerprints hashed before (25.000000000000001 read as 25), which
+    orders placed then still carry."""
+    if info.context and info.context.get(LEGACY_FLOAT):
+        return float(value)
+    return canonical_text(value)
+
+
+def canonical_text(value: Decimal) -> str:
+    """The same text for every spelling of one number, exact at any precision (no context
+    rounding, which Decimal.normalize applies) and as short as the digits given."""
+    if not value.is_finite():
+        return str(value)
+    sign, digits, exponent = value.as_tuple()
+    kept = len(digits)
+    while kept > 1 and digits[kept - 1] == 0:
+        kept -= 1
+    if digits[:kept] == (0,):
+        return "0"
+    return f"{'-' if sign else ''}{''.join(map(str, digits[:kept]))}e{exponent + len(digits) - kept}"
+
+
+def float_exact(value: Decimal) -> bool:
+    """Whether a float holds this amount exactly (what a LEGACY_FLOAT fingerprint can vouch for)."""
+    try:
+        return Decimal(repr(float(value))) == value
+    except (OverflowError, ValueError):
+        return False
 
 
 # A money amount in a request model: a JSON number (never a string or a bool), exact.

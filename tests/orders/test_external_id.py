@@ -101,3 +101,48 @@ def test_blank_or_huge_external_id_is_400(org, http):
     error(http.post("/orders", json=body_with(org.member_email, "")), 400)
     error(http.post("/orders", json=body_with(org.member_email, "x" * 201)), 400)
     error(http.post("/orders", json=body_with(org.member_email, 12345)), 400)
+
+
+def _raw(http, body: dict, denomination: str):
+    """POST /orders with the denomination's JSON text as written (httpx would send a float)."""
+    import json
+
+    text = json.dumps(body).replace('"denomination": 25', f'"denomination": {denomination}', 1)
+    assert denomination in text
+    return http.post("/orders", content=text, headers={"Content-Type": "application/json"})
+
+
+def test_amounts_below_a_floats_precision_are_other_parameters(org, http):
+    # The fingerprint read amounts through a float: 25.000000000000001 replayed the order of
+    # 25 (201), though a new order of it is refused (400: too many decimals).
+    key = unique("exact-")
+    body = body_with(org.member_email, key)
+    first = ok(_raw(http, body, "25"), 200)["order"]
+    for same in ("25.0", "25.00", "2.5e1", "2.50E+1"):
+        assert ok(_raw(http, body, same), 201)["order"]["id"] == first["id"], same
+    for other in ("25.000000000000001", "25.0000000000000000000000000000001"):
+        errors = error(_raw(http, body, other), 409)
+        assert "external_id" in errors["payload"]
+    assert available_cents(http) == 500000 - 2500 and orders_count(http) == 1
+
+
+def test_an_order_fingerprinted_by_floats_still_replays(org, http, engine):
+    # Orders placed before amounts were fingerprinted exactly keep the floats' fingerprint: the
+    # same request still replays them, and one that only a float confused is still refused.
+    from sqlalchemy import update
+
+    from largesse.orders.models import orders
+    from largesse.orders.schemas import CreateOrderIn
+    from largesse.orders.service import request_hash
+
+    key = unique("legacy-")
+    body = body_with(org.member_email, key, denomination=12.34)
+    first = ok(http.post("/orders", json=body), 200)["order"]
+    legacy = request_hash(CreateOrderIn.model_validate(body), legacy_float=True)
+    assert legacy != request_hash(CreateOrderIn.model_validate(body))
+    with engine.begin() as conn:
+        conn.execute(update(orders).where(orders.c.id == first["id"]).values(request_hash=legacy))
+    assert ok(http.post("/orders", json=body), 201)["order"]["id"] == first["id"]
+    text = __import__("json").dumps(body).replace("12.34", "12.340000000000000001")
+    error(http.post("/orders", content=text, headers={"Content-Type": "application/json"}), 409)
+    assert available_cents(http) == 500000 - 1234 and orders_count(http) == 1

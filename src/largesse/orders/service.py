@@ -34,7 +34,16 @@ from largesse.forex import conversion
 from largesse.funding import service as funding
 from largesse.funding.models import funding_sources as _funding_sources
 from largesse.ids import new_id
-from largesse.money import MAX_CENTS, MoneyError, amount_in, decimals_for, percent_of, to_cents
+from largesse.money import (
+    LEGACY_FLOAT,
+    MAX_CENTS,
+    MoneyError,
+    amount_in,
+    decimals_for,
+    float_exact,
+    percent_of,
+    to_cents,
+)
 from largesse.ops import metrics
 from largesse.orders import approvals, lifecycle, pg_write, repository
 from largesse.orders.models import orders, reward_field_values, rewards
@@ -83,9 +92,26 @@ class _Errors:
             raise BadRequest(f"{'.'.join(map(str, loc))}: {message}", payload_from(problems))
 
 
-def request_hash(body: CreateOrderIn) -> str:
-    canonical = orjson.dumps(body.model_dump(mode="json", exclude_none=True), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(canonical).hexdigest()
+def request_hash(body: CreateOrderIn, *, legacy_float: bool = False) -> str:
+    """The fingerprint an external_id's order keeps of its request: a retry replays the order
+    only with the same one (else 409). Amounts enter it exactly (money.canonical_text)."""
+    dumped = body.model_dump(mode="json", exclude_none=True, context={LEGACY_FLOAT: legacy_float})
+    return hashlib.sha256(orjson.dumps(dumped, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Fingerprint:
+    body: CreateOrderIn
+    exact: str
+
+    def matches(self, stored: str | None) -> bool:
+        """Whether an order stored with this fingerprint had these parameters. An order placed
+        before amounts were hashed exactly has their floats' fingerprint: it still matches a
+        request whose amounts a float holds exactly (25.000000000000001 does not)."""
+        if stored == self.exact:
+            return True
+        return (stored is not None and all(float_exact(r.value.denomination) for _, r in _reward_inputs(self.body))
+                and stored == request_hash(self.body, legacy_float=True))
 
 
 def place_order(engine: Engine, *, settings: Settings, credentials: Credentials, body: CreateOrderIn) -> PlacedOrder:
@@ -187,7 +213,7 @@ class _Probes:
 
 
 def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *, channel: str) -> PlacedOrder:
-    fingerprint = request_hash(body)
+    fingerprint = _Fingerprint(body, request_hash(body))
     reward_inputs = _reward_inputs(body)
     probes = _Probes.of(body, reward_inputs, sandbox=settings.sandbox)
     org = None
@@ -204,7 +230,7 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
             plan = _plan(conn, settings=settings, caller=caller, context=context, probes=probes, body=body,
                          reward_inputs=reward_inputs, channel=channel)
             plan.errors.raise_any()
-            links = _write(conn, plan, fingerprint, body.external_id, has_webhook=context.has_webhook)
+            links = _write(conn, plan, fingerprint.exact, body.external_id, has_webhook=context.has_webhook)
     except (IntegrityError, PaymentRequired):
         if body.external_id is None or org is None:
             raise
@@ -288,14 +314,14 @@ _INSERT_FIELD_VALUES = db.Prepared(reward_field_values.insert())
 _INSERT_JOBS = db.Prepared(jobs.insert())
 
 
-def _replay(conn: Connection, org: str, external_id: str, fingerprint: str, public_url: str):
+def _replay(conn: Connection, org: str, external_id: str, fingerprint: _Fingerprint, public_url: str):
     """The replay of the order with this external_id, 409 if its parameters differ, None if
     there is none. Most external_ids are new: the context statement probes (_Probes) and this
     loads the order only when that found one, or when a concurrent order took it."""
     existing = conn.execute(_BY_EXTERNAL_ID, {"org": org, "external_id": external_id}).first()
     if existing is None:
         return None
-    if existing.request_hash != fingerprint:
+    if not fingerprint.matches(existing.request_hash):
         raise Conflict(
             f"An order with external_id {external_id!r} already exists with different parameters",
             {"external_id": ["has already been used with different parameters"]},
