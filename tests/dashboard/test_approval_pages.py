@@ -167,3 +167,18 @@ def test_new_pages_answer_with_a_strict_csp(admin):
         csp = response.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "unsafe-inline" not in csp, path
         assert "<script>" not in response.text and " style=" not in response.text, path
+
+
+def test_a_waiting_orders_rewards_offer_no_cancel(engine, org, http, make_server):
+    """Cancel refuses them (rejecting the order refunds them): the page offered a button that
+    could only fail, on a server that lets any unredeemed reward be canceled."""
+    server = make_server(cancel_any_unredeemed=True)
+    order = waiting_order(engine, org, http)
+    reward_path = f"/dashboard/rewards/{order['rewards'][0]['id']}"
+    admin = signed_in(engine, server.url, org.id, member_id(engine, org.id, org.member_email))
+    try:
+        assert "Cancel reward" not in admin.get(reward_path).text
+        assert post(admin, "/dashboard/approvals", f"/dashboard/approvals/{order['id']}/approve", {}).status_code == 303
+        assert "Cancel reward" in admin.get(reward_path).text  # approved: any unredeemed reward now
+    finally:
+        admin.close()

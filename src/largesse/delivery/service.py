@@ -61,11 +61,13 @@ def _drop_queued_deliveries(conn: Connection, reward_id: str, why: str) -> None:
     )
 
 
-def cancelable(reward, *, any_delivery: bool = False) -> bool:
+def cancelable(reward, *, order_status: str, any_delivery: bool = False) -> bool:
     """Whether cancel_reward would take this ACTIVE reward now, for pages that offer the action
-    (cancel_reward's conditional update is the rule that counts): not once it is past its
-    expiry, even before the sweep has stored it (lifecycle.status)."""
-    return lifecycle.status(reward, at=utcnow()) == "ACTIVE" and (any_delivery or reward.delivery_status == "FAILED")
+    (cancel_reward's checks are the rule that counts): not while its order waits for approval
+    (rejecting the order refunds it), not once it is past its expiry, even before the sweep has
+    stored it (lifecycle.status)."""
+    return (order_status != PENDING_APPROVAL and lifecycle.status(reward, at=utcnow()) == "ACTIVE"
+            and (any_delivery or reward.delivery_status == "FAILED"))
 
 
 def cancel_reward(engine: Engine, *, org: str, reward_id: str, any_delivery: bool = False) -> int:

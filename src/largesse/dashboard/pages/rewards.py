@@ -177,11 +177,11 @@ def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = 
         link_state = LINK_STATES[redemption.reward_link_answer(conn, reward, at=now)]
         # As the API shows it: past its expiry it reads Expired before the sweep has stored it
         # (unless its order waits for approval: those do not expire).
-        status_now = lifecycle.status(reward, at=now, order_status=conn.execute(
-            select(orders.c.status).where(orders.c.id == reward.order_id)).scalar())
+        order_status = conn.execute(select(orders.c.status).where(orders.c.id == reward.order_id)).scalar()
+        status_now = lifecycle.status(reward, at=now, order_status=order_status)
         product = (catalog.get_many_cached(conn, [history.payout.product_id]).get(history.payout.product_id)
                    if history.payout else None)
-    cancelable = delivery.cancelable(reward, any_delivery=ctx.settings.cancel_any_unredeemed)
+    cancelable = delivery.cancelable(reward, order_status=order_status, any_delivery=ctx.settings.cancel_any_unredeemed)
     return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, status_now=status_now,
                       history=history,
                       values=values, error=error, notice=notice, link=link, cancelable=cancelable,
