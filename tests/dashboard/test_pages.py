@@ -324,6 +324,39 @@ def test_a_reward_past_its_expiry_reads_expired_on_its_page(admin, http, org, en
     assert "Cancel reward" not in page and "Status Expired" in text_of(page), text_of(page)
 
 
+@pytest.mark.parametrize("overdue_cap", [2_000, 0])  # 0: more overdue rewards than the cap, in SQL
+def test_lists_and_counts_show_a_reward_past_its_expiry_as_expired(admin, http, org, engine, monkeypatch,
+                                                                    overdue_cap):
+    """The list, its status filter and the overview's counts read the status the reward's page and
+    the API show (the list showed Active, the Expired filter missed it, the overview counted it
+    Active), whether or not the sweep has stored it yet."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from largesse.orders import browse
+    from largesse.orders.models import rewards
+    from largesse.timeutil import utcnow
+
+    monkeypatch.setattr(browse, "OVERDUE_CAP", overdue_cap, raising=False)
+    late, fresh = (place(http, org.member_email, method="LINK")["rewards"][0]["id"] for _ in range(2))
+    with db.write(engine) as conn:
+        conn.execute(update(rewards).where(rewards.c.id == late).values(expires_at=utcnow() - timedelta(seconds=1)))
+
+    def listed(query: str) -> set[str]:
+        return set(re.findall(r'href="/dashboard/rewards/(\w+)"', admin.get(f"/dashboard/rewards{query}").text))
+
+    assert ok(http.get(f"/rewards/{late}"))["reward"]["redemption"]["status"] == "EXPIRED"
+    page = admin.get("/dashboard/rewards").text
+    row = page[page.index(f">{late}</a>"):]
+    assert row.index("status-expired") < row.index("</tr>"), row[:600]
+    assert {late, fresh} <= listed("")
+    assert late in listed("?status=EXPIRED") and fresh not in listed("?status=EXPIRED")
+    assert fresh in listed("?status=ACTIVE") and late not in listed("?status=ACTIVE")
+    counts = re.findall(r"(Active|Expired)\D{0,200}?(\d+)", text_of(admin.get("/dashboard").text))
+    assert ("Active", "1") in counts and ("Expired", "1") in counts, counts
+
+
 def test_cancel_resend_and_generate_link(admin, http, org, engine, server):
     pending = place(http, org.member_email)["rewards"][0]
     path = f"/dashboard/rewards/{pending['id']}"

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, bindparam, exists, func, select, tuple_
+from sqlalchemy import Connection, and_, bindparam, case, exists, func, or_, select, tuple_
 from sqlalchemy.orm import aliased
 
 from largesse.delivery.models import jobs
+from largesse.orders.lifecycle import NOT_WAITING_FOR_APPROVAL
 from largesse.orders.models import orders, reward_field_values, rewards
 from largesse.redemption.models import payouts, redemption_tokens
+from largesse.timeutil import utcnow
 
 REWARD_STATUSES = ("ACTIVE", "REDEEMED", "CANCELED", "EXPIRED")
 DELIVERY_STATUSES = ("PENDING", "SCHEDULED", "SUCCEEDED", "FAILED")
@@ -49,7 +51,54 @@ class RewardFilter:
     recipient_email: str | None = None  # the whole address, in any capitals
 
 
-def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Cursor | None, limit: int):
+# A reward's status as the API shows it (lifecycle.effective): an ACTIVE reward past its expiry
+# reads EXPIRED before the sweep has stored it, unless its order waits for approval. Pages select
+# it as `shown_status` and filter by it, so a list, its filter and the reward's page agree.
+
+def _overdue(at: datetime):
+    return and_(rewards.c.status == "ACTIVE", rewards.c.expires_at <= at, NOT_WAITING_FOR_APPROVAL)
+
+
+def _shown_status(at: datetime):
+    return case((_overdue(at), "EXPIRED"), else_=rewards.c.status).label("shown_status")
+
+
+OVERDUE_CAP = 2_000
+
+
+def _overdue_of(conn: Connection, org: str, at: datetime) -> list | None:
+    """(id, created_at) of the organization's overdue rewards: those the expiry sweep has yet to
+    store as EXPIRED (a minute's worth, unless no worker runs). Read through ix_rewards_expiry
+    alone (no organization in the query: with one, a planner may walk the organization's
+    ACTIVE rewards instead, every one of them when none is overdue). None past OVERDUE_CAP in
+    all: the callers then put the rule in their queries, exact at the cost of that walk."""
+    rows = conn.execute(select(rewards.c.id, rewards.c.organization_id, rewards.c.created_at)
+                        .where(_overdue(at)).limit(OVERDUE_CAP + 1)).all()
+    if len(rows) > OVERDUE_CAP:
+        return None
+    return [(row.id, row.created_at) for row in rows if row.organization_id == org]
+
+
+def _status_conditions(conn: Connection, org: str, status: str | None, at: datetime) -> list[list]:
+    """The condition lists whose matches, together, are the rewards shown with `status`: one
+    list, or for EXPIRED two (stored, and overdue), each walked in the list's order."""
+    if status not in ("ACTIVE", "EXPIRED"):
+        return [[rewards.c.status == status] if status else []]
+    overdue = _overdue_of(conn, org, at)
+    ids = [reward_id for reward_id, _ in overdue or ()]
+    if status == "ACTIVE":
+        if overdue is None:
+            return [[rewards.c.status == "ACTIVE",
+                     or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > at, ~NOT_WAITING_FOR_APPROVAL)]]
+        return [[rewards.c.status == "ACTIVE"] + ([rewards.c.id.not_in(ids)] if ids else [])]
+    stored = [rewards.c.status == "EXPIRED"]
+    if overdue is None:
+        return [stored, [_overdue(at)]]
+    return [stored, [rewards.c.id.in_(ids), _overdue(at)]] if ids else [stored]
+
+
+def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Cursor | None, limit: int,
+                 at: datetime | None = None):
     """(rows, has_more): rewards newest first matching flt, below the cursor `before`.
 
     With a custom field filter the walk starts from the field index instead (as the API's
@@ -58,12 +107,11 @@ def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Curso
     of the rewards probing each one's values could read every reward of the organization.
     A recipient's rewards are one range of ix_rewards_org_email_created, in the list's order.
     """
+    at = at or utcnow()
     conditions = []
     if flt.recipient_email:
         # lower() of the database on both sides: the index's own expression (SQLite's is ASCII only).
         conditions.append(func.lower(rewards.c.recipient_email) == func.lower(flt.recipient_email))
-    if flt.status:
-        conditions.append(rewards.c.status == flt.status)
     if flt.delivery_status:
         conditions.append(rewards.c.delivery_status == flt.delivery_status)
     if flt.campaign_id:
@@ -83,16 +131,19 @@ def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Curso
                 other.c.organization_id == org, other.c.label == other_label, other.c.value == other_value,
                 other.c.reward_created_at == first.c.reward_created_at, other.c.reward_id == first.c.reward_id))
         order = (first.c.reward_created_at, first.c.reward_id)
-        statement = select(rewards).select_from(first).join(rewards, rewards.c.id == first.c.reward_id)
+        statement = (select(rewards, _shown_status(at)).select_from(first)
+                     .join(rewards, rewards.c.id == first.c.reward_id))
     else:
         conditions.append(rewards.c.organization_id == org)
         order = (rewards.c.created_at, rewards.c.id)
-        statement = select(rewards)
+        statement = select(rewards, _shown_status(at))
     if before is not None:
         conditions.append(tuple_(*order) < tuple_(*before))
-    rows = conn.execute(
-        statement.where(and_(*conditions)).order_by(order[0].desc(), order[1].desc()).limit(limit + 1)
-    ).all()
+    rows = []
+    for status_conditions in _status_conditions(conn, org, flt.status, at):
+        rows += conn.execute(statement.where(and_(*conditions, *status_conditions))
+                             .order_by(order[0].desc(), order[1].desc()).limit(limit + 1)).all()
+    rows.sort(key=lambda row: (row.created_at, row.id), reverse=True)  # two walks (EXPIRED) merged
     return rows[:limit], len(rows) > limit
 
 
@@ -102,8 +153,8 @@ def page_order_rewards(conn: Connection, order_id: str, *, before: Cursor | None
     conditions = [rewards.c.order_id == order_id]
     if before is not None:
         conditions.append(tuple_(rewards.c.created_at, rewards.c.id) < tuple_(*before))
-    rows = conn.execute(select(rewards).where(*conditions).order_by(rewards.c.created_at.desc(), rewards.c.id.desc())
-                        .limit(limit + 1)).all()
+    rows = conn.execute(select(rewards, _shown_status(utcnow())).where(*conditions)
+                        .order_by(rewards.c.created_at.desc(), rewards.c.id.desc()).limit(limit + 1)).all()
     return rows[:limit], len(rows) > limit
 
 
@@ -129,13 +180,25 @@ def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_
 COUNT_CAP = 10_000
 
 
-def status_counts(conn: Connection, org: str, *, since: datetime) -> dict[str, int]:
-    """{status: rewards created since `since`}, each counted up to COUNT_CAP + 1 (a page shows
-    "more than 10,000"): index-only range scans of ix_rewards_org_status_created_id whose cost is
-    bounded whatever the organization's volume; a full count of 100,000 index entries alone
-    took most of the 50 ms budget."""
-    return {status: conn.execute(_COUNT_SINCE, {"org": org, "status": status, "since": since}).scalar_one()
-            for status in REWARD_STATUSES}
+def status_counts(conn: Connection, org: str, *, since: datetime, at: datetime | None = None) -> dict[str, int]:
+    """{status as shown: rewards created since `since`}, each counted up to COUNT_CAP + 1 (a page
+    shows "more than 10,000"): index-only range scans of ix_rewards_org_status_created_id whose
+    cost is bounded whatever the organization's volume (a full count of 100,000 index entries
+    alone took most of the 50 ms budget), then the overdue rewards move from ACTIVE to EXPIRED."""
+    at = at or utcnow()
+    counts = {status: conn.execute(_COUNT_SINCE, {"org": org, "status": status, "since": since}).scalar_one()
+              for status in REWARD_STATUSES}
+    overdue = _overdue_of(conn, org, at)
+    if overdue is None:
+        moved = conn.execute(select(func.count()).select_from(select(rewards.c.id).where(
+            rewards.c.organization_id == org, rewards.c.created_at >= since, _overdue(at))
+            .limit(COUNT_CAP + 1).subquery())).scalar_one()
+    else:
+        moved = sum(1 for _, created_at in overdue if created_at >= since)
+    if counts["ACTIVE"] <= COUNT_CAP:  # else "more than 10,000" still
+        counts["ACTIVE"] -= min(moved, counts["ACTIVE"])
+    counts["EXPIRED"] = min(counts["EXPIRED"] + moved, COUNT_CAP + 1)
+    return counts
 
 
 _COUNT_SINCE = select(func.count()).select_from(
