@@ -123,15 +123,30 @@ def _upgrade(engine: Engine, revision: str) -> None:
     from alembic import command
 
     with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": ADVISORY_LOCK_ID})
             conn.commit()
+        elif sqlite:
+            # A migration that rebuilds a table (batch_alter_table: a copy, DROP TABLE, a rename)
+            # fails with foreign keys on once other rows point at the table. SQLite's documented
+            # procedure: foreign keys off (outside a transaction: inside one the pragma does
+            # nothing), the change, foreign_key_check before the commit, foreign keys on again.
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
         try:
             cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
+            if sqlite:
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                if broken:
+                    raise RuntimeError(f"the migration to {revision} left {len(broken)} rows whose foreign keys "
+                                       f"point nowhere (first: {tuple(broken[0])}); nothing was changed")
             conn.commit()
         finally:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": ADVISORY_LOCK_ID})
                 conn.commit()
+            elif sqlite:
+                conn.rollback()  # nothing left to roll back after a commit; the pragma needs no transaction
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
