@@ -138,3 +138,26 @@ def test_log_keeps_thirty_days(http, receiver, engine, fast):
     wait_for(lambda: receiver.requests, settings=settings, engine=engine)
     log = http.get(f"/webhooks/{hook['id']}/deliveries").json()
     assert log["total_count"] == 1 and log["deliveries"][0]["event_uuid"] != "old"
+
+
+def test_an_attempt_in_flight_when_its_webhook_is_deleted_leaves_no_log(org, http, receiver, engine, fast):
+    """Deleting the webhook deletes its log (URL and all): an attempt under way at that moment
+    wrote its row afterwards, kept for 30 days though no API could reach it."""
+    from largesse.webhooks.models import webhook_deliveries
+
+    settings = fast()
+    settle(engine, settings)
+    hook = http.post("/webhooks", json={"url": receiver.url}).json()["webhook"]
+    deleted = []
+
+    def delete_while_the_sender_waits(path):
+        with org.http() as client:
+            deleted.append(client.delete(f"/webhooks/{hook['id']}").status_code)
+
+    receiver.on_request = delete_while_the_sender_waits
+    assert http.post(f"/webhooks/{hook['id']}/simulate", json={"event": "ORDERS.CREATED"}).status_code == 200
+    wait_for(lambda: deleted and _job_status(engine, org.id) == ["done"], settings=settings, engine=engine)
+    assert deleted == [204] and len(receiver.requests) == 1
+    with db.read(engine) as conn:
+        assert conn.execute(select(webhook_deliveries.c.id).where(
+            webhook_deliveries.c.webhook_id == hook["id"])).all() == []

@@ -20,7 +20,7 @@ from largesse.errors import Conflict, NotFound, Unprocessable
 from largesse.ids import new_id
 from largesse.ops import logs
 from largesse.timeutil import iso
-from largesse.webhooks.models import webhook_deliveries
+from largesse.webhooks.models import webhook_deliveries, webhooks
 
 SUCCEEDED, FAILED = "SUCCEEDED", "FAILED"
 MAX_ERROR_CHARS = 1000
@@ -30,7 +30,12 @@ RETENTION = timedelta(days=30)
 
 
 def record(conn: Connection, *, hook, job, status: str, will_retry: bool, response_status: int | None,
-           started_at, finished_at, duration_ms: int, error: str | None) -> str:
+           started_at, finished_at, duration_ms: int, error: str | None) -> str | None:
+    """Log an attempt, unless its webhook was deleted meanwhile ("deleting the webhook deletes
+    its log", URL and all): the webhook's row is locked until the commit, so a deletion either
+    ran before (nothing is logged) or waits and deletes this row too (service.remove)."""
+    if conn.execute(select(webhooks.c.id).where(webhooks.c.id == hook.id).with_for_update()).first() is None:
+        return None
     payload = job.payload or {}
     delivery_id = new_id()
     conn.execute(webhook_deliveries.insert().values(

@@ -97,8 +97,10 @@ def remove(conn: Connection, organization_id: str, webhook_id: str) -> None:
     the organization's webhook of the moment, so an event left queued would reach a webhook
     created after this one (another URL, another key)."""
     get_or_404(conn, organization_id, webhook_id)
-    conn.execute(delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == webhook_id))
+    # The webhook first: an attempt in flight records its log row only while the webhook exists
+    # (deliveries.record locks it), so once this waited for that row, it deletes it below.
     conn.execute(delete(webhooks).where(webhooks.c.id == webhook_id))
+    conn.execute(delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == webhook_id))
     conn.execute(update(jobs).where(
         jobs.c.status == job_queue.QUEUED, jobs.c.lane == job_queue.lane_of("deliver_webhook"),
         jobs.c.organization_id == organization_id, jobs.c.kind == "deliver_webhook",
