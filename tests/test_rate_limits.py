@@ -55,6 +55,23 @@ def test_burst_beyond_the_key_limit_is_429_with_headers(engine, make_server):
         ok(other_key.get("/funding_sources"))
 
 
+def test_a_key_with_other_whitespace_is_counted_or_refused(engine, make_server):
+    """The key check stripped U+00A0 and U+0085 around the key, the limiter did not: 'Bearer
+    KEY\xa0' verified but was never counted, past any limit. Only spaces and tabs are the
+    header's; a key with anything else around it is not a key (401)."""
+    import httpx
+
+    server = _limited(make_server, api_rate_limit_per_key=3)
+    org = create_org(engine, server.url)
+    url = f"{server.url}/api/v2/funding_sources"
+    for padded in (f"{org.api_key}\xa0", f"\xa0{org.api_key}", f"{org.api_key}\x85"):
+        headers = [(b"authorization", b"Bearer " + padded.encode("latin-1"))]
+        error(httpx.get(url, headers=headers), 401)
+    for padded in (f"  {org.api_key}", f"\t{org.api_key}", org.api_key):  # counted: 3 of 3
+        ok(httpx.get(url, headers={"Authorization": f"Bearer {padded}"}))
+    assert httpx.get(url, headers={"Authorization": f"Bearer  {org.api_key}"}).status_code == 429
+
+
 def test_the_official_client_raises_on_429(engine, make_server):
     """Its urllib3 pool would honour Retry-After (wait, then retry up to 3 times); without
     retries the 429 surfaces as the client's ApiException, its body the error body."""

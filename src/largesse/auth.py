@@ -99,12 +99,26 @@ class Credentials:
     environment: str
 
 
+_HEADER_SPACE = " \t"  # HTTP's optional whitespace, and only it: str.strip() also drops U+00A0, U+0085
+
+
+def bearer_key(authorization: str) -> str | None:
+    """The API key of an Authorization header's value (decoded as Latin-1, as ASGI servers pass
+    headers), or None when it is not 'Bearer <key>'. The one reading of the header: the rate
+    limiter counts under the hash of what this returns, so a key it verifies is the key it counts
+    (a trailing U+00A0 once made a key that verified but was never counted)."""
+    scheme, _, key = authorization.partition(" ")
+    key = key.strip(_HEADER_SPACE)
+    if scheme.lower() != "bearer" or not key or len(key) > 200:
+        return None
+    return key
+
+
 def parse_authorization(authorization: str | None, *, writes: bool, environment: str) -> Credentials:
     if not authorization:
         raise Unauthorized("Missing Authorization header; send 'Authorization: Bearer <API key>'")
-    scheme, _, key = authorization.partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key or len(key) > 200:
+    key = bearer_key(authorization)
+    if key is None:
         raise Unauthorized("Authorization must be 'Bearer <API key>'")
     if not key.startswith(PREFIXES[environment]):
         other = "production" if environment == "sandbox" else "sandbox"

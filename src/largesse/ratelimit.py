@@ -30,7 +30,6 @@ builder for the dialect's INSERT is shared with them.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -217,12 +216,11 @@ class ApiRateLimit:
 
 
 def _key_hash(headers) -> str | None:
+    """The hash auth.verify knows the request's key by (auth.bearer_key reads the header)."""
     for name, value in headers:
         if name == b"authorization":
-            if value[:7].lower() != b"bearer ":
-                return None
-            key = value[7:].strip()
-            return hashlib.sha256(key).hexdigest() if key and len(key) <= 200 else None
+            key = auth.bearer_key(value.decode("latin-1"))
+            return auth.hash_key(key) if key is not None else None
     return None
 
 
