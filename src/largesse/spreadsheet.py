@@ -10,8 +10,17 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 def safe_cell(value) -> str:
     """The cell as text a spreadsheet will not run: given a leading apostrophe when it starts
-    like a formula; None is an empty cell."""
+    like a formula; None is an empty cell. The files are comma-separated, and the CSV writer
+    quotes a cell with a comma, but a spreadsheet whose locale separates lists with semicolons
+    (de-DE, fr-FR) splits an unquoted cell at each one: every part after a semicolon that starts
+    like a formula gets its apostrophe too ("ext;=1+2" is written "ext;'=1+2")."""
     if value is None:
         return ""
     value = str(value)
-    return "'" + value if value.startswith(FORMULA_START) else value
+    if ";" in value:
+        return ";".join(_inert(part) for part in value.split(";"))
+    return _inert(value)
+
+
+def _inert(part: str) -> str:
+    return "'" + part if part.startswith(FORMULA_START) else part
