@@ -369,3 +369,23 @@ def test_report_amounts_take_the_currencys_decimals(engine, server, work):
     _, rows = download(yen.api().get_report(report_id).report.url)
     header, [line] = rows[0], rows[1:]
     assert (line[header.index("amount")], line[header.index("currency_code")]) == ("1200", "JPY")
+
+
+def test_a_download_reads_no_chunk_past_the_files_size(org, api, http, work, caplog):
+    """The stream asked for one chunk more than the file had, after the client had every byte
+    and closed: that query was cancelled, and on PostgreSQL psycopg closed its pooled connection
+    with a warning, on every download."""
+    import logging
+    import time
+
+    ok(http.post("/orders", json=order_body(org.member_email)))
+    report_id = api.create_report(request()).report.id
+    work()
+    url = status_of(api, report_id)[1].url
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            response, rows = download(url)
+            assert response.status_code == 200 and len(rows) == 2
+            assert int(response.headers["content-length"]) == len(response.content)
+        time.sleep(0.5)  # a cancelled query is logged after the response
+    assert not [r for r in caplog.records if "cancel" in r.getMessage().lower()], caplog.text

@@ -111,12 +111,17 @@ async def download_report(token: str, request: Request):
                 report_chunks.c.seq == seq)).scalar()
 
     async def body():
-        seq = 0
-        while True:
+        # Stops at the file's size, when it is known: a client that has its Content-Length closes
+        # the connection, and one more query, to learn that no chunk follows, was cancelled on
+        # the way (PostgreSQL: psycopg then closed its pooled connection, with a warning).
+        seq, sent = 0, 0
+        while row.byte_size is None or sent < row.byte_size:
             data = await run_db(engine, chunk, seq)
             if data is None:
                 return
-            yield data.encode()
+            encoded = data.encode()
+            sent += len(encoded)
+            yield encoded
             seq += 1
 
     filename = f"largesse-rewards-{row.id}-{row.completed_at:%Y%m%d}.csv"
