@@ -133,3 +133,32 @@ def test_a_value_is_checked_by_its_fields_type_exactly(org, http, data_type, goo
         reward = place(http, org.member_email, custom_fields=[{"id": field["id"], "value": value}])["rewards"][0]
         found = ok(http.get("/rewards", params={field["label"]: value}))["rewards"]
         assert [r["id"] for r in found] == [reward["id"]], value
+
+
+def test_a_checkbox_value_in_any_capitals_is_stored_and_found_as_true_or_false(org, http, engine):
+    """The field took True and TRUE and stored them as sent: a search for true missed them (a
+    Python client sending str(True) writes "True"). Stored lower-case, found in any capitals."""
+    from sqlalchemy import text
+
+    from largesse import db
+    from largesse.migrate import upgrade
+
+    field = ok(http.post("/fields", json={"display_name": f"Opted in {unique()}", "data_type": "Checkbox"}))["field"]
+    ids = {value: place(http, org.member_email, custom_fields=[{"id": field["id"], "value": value}])["rewards"][0]["id"]
+           for value in ("true", "True", "TRUE", "False")}
+    created = ok(http.get(f"/rewards/{ids['TRUE']}"))["reward"]["custom_fields"]
+    assert [(f["label"], f["value"]) for f in created] == [(field["label"], "true")]
+
+    def found(value) -> set[str]:
+        return {r["id"] for r in ok(http.get("/rewards", params={field["label"]: value}))["rewards"]}
+
+    trues = {ids["true"], ids["True"], ids["TRUE"]}
+    assert found("true") == found("True") == found("TRUE") == trues
+    assert found("false") == found("FALSE") == {ids["False"]}
+    # Values stored as sent before: migration 0025 brings them to lower case.
+    with db.write(engine) as conn:
+        conn.execute(text("UPDATE reward_field_values SET value = 'TRUE' WHERE reward_id = :id"), {"id": ids["TRUE"]})
+        conn.execute(text("UPDATE alembic_version SET version_num = '0024'"))
+    upgrade(engine)
+    assert ok(http.get(f"/rewards/{ids['TRUE']}"))["reward"]["custom_fields"][0]["value"] == "true"
+    assert found("true") == trues

@@ -103,6 +103,25 @@ def to_wire(row) -> dict:
     }
 
 
+_CHECKBOX_VALUES = ("true", "false")
+
+
+def stored_value(field, value: str) -> str:
+    """A checked value as it is stored, shown and searched: a Checkbox's in lower case (it takes
+    True and TRUE too, which a search for true did not find)."""
+    return value.lower() if field.data_type == "Checkbox" else value
+
+
+def search_values(conn: Connection, organization_id: str, filters: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """GET /rewards' (label, value) filters, a Checkbox's value as stored_value keeps it: ?Opted_in=True
+    finds what was sent as "true" or "TRUE". The fields are read only for such a value."""
+    if not any(value.lower() in _CHECKBOX_VALUES and value != value.lower() for _, value in filters):
+        return filters
+    checkboxes = {row.label for row in list_for(conn, organization_id) if row.data_type == "Checkbox"}
+    return [(label, value.lower() if label in checkboxes and value.lower() in _CHECKBOX_VALUES else value)
+            for label, value in filters]
+
+
 def check_value(field, value: str) -> str | None:
     """The problem with a value for a field, or None when it is acceptable."""
     kind = field.data_type
@@ -113,7 +132,7 @@ def check_value(field, value: str) -> str | None:
         if value not in options:
             return f"must be one of: {', '.join(options)}"
     elif kind == "Checkbox":
-        if value.lower() not in ("true", "false"):
+        if value.lower() not in _CHECKBOX_VALUES:
             return "must be true or false"
     elif kind in ("Number", "Currency"):
         if not NUMBER.match(value):

@@ -150,8 +150,9 @@ async def list_rewards(request: Request):
             caller = auth.verify(conn, credentials)
             if problem is not None:
                 raise problem
-            return repository.search_rewards(conn, caller.organization_id, filters=filters, offset=offset,
-                                             limit=limit, created_format=created_format)
+            return repository.search_rewards(
+                conn, caller.organization_id, offset=offset, limit=limit, created_format=created_format,
+                filters=fields_service.search_values(conn, caller.organization_id, filters))
 
     wire, total = await run_db(engine, db.retrying, load)
     return json_response({"rewards": wire, "total_count": total})

@@ -574,7 +574,7 @@ def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) ->
         if problem:
             errors.add(here + ("value",), problem)
             continue
-        values.append((field_row, cf.value))
+        values.append((field_row, fields_service.stored_value(field_row, cf.value)))
     for field_row in org_fields.values():
         if field_row.required and field_row.id not in seen:
             errors.add(loc + ("custom_fields",), f"the required field {field_row.label!r} is missing")

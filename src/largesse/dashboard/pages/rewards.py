@@ -146,6 +146,7 @@ def list_rewards(ctx):
     # field instead of listing every reward as if it matched.
     field_needed = bool(value and not label)
     with db.read(ctx.engine) as conn:
+        flt.fields = fields_service.search_values(conn, org, flt.fields)
         rows, more = ([], False) if field_needed else browse.page_rewards(conn, org, flt, before=_before(ctx),
                                                                             limit=PAGE_SIZE)
         campaigns = campaigns_service.list_for(conn, org)
