@@ -99,3 +99,17 @@ def test_query_parameters_of_the_official_client_are_declared(server):
     members = declared[("GET", "/connected_organization_members")]
     assert members["connected_organization_id"]["required"] is True
     assert declared[("GET", "/orders")]["limit"]["schema"] == {"type": "integer", "default": 10, "minimum": 1}
+
+
+def test_the_document_declares_bearer_auth_and_the_simulate_answers_text(server):
+    """/docs had no Authorize button (every "Try it out" got 401) and generated clients sent no
+    key: no security scheme was declared. simulate answers the text OK, declared as JSON."""
+    document = httpx.get(f"{server.url}/openapi.json").json()
+    assert document["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http", "scheme": "bearer", "description": document["components"]["securitySchemes"]
+        ["bearerAuth"]["description"]}
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            assert (operation.get("security") == [{"bearerAuth": []}]) == path.startswith("/api/v2/"), (path, method)
+    simulate = document["paths"]["/api/v2/webhooks/{webhook_id}/simulate"]["post"]["responses"]["200"]
+    assert list(simulate["content"]) == ["text/plain"]

@@ -218,9 +218,23 @@ def _document_self_parsed_bodies(app: FastAPI) -> None:
                 for name, definition in schema.pop("$defs", {}).items():
                     schemas.setdefault(name, definition)
                 schemas[model.__name__] = schema
+            _document_bearer_auth(app.openapi_schema)
         return app.openapi_schema
 
     app.openapi = openapi
+
+
+def _document_bearer_auth(schema: dict) -> None:
+    """Every /api/v2 operation takes the key as `Authorization: Bearer <key>` (auth.bearer reads
+    it itself, so FastAPI knows of no scheme): say so, for /docs' Authorize button and for
+    clients generated from the document."""
+    schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearerAuth"] = {
+        "type": "http", "scheme": "bearer",
+        "description": "An API key (`largesse keys create`, or POST /organizations/create_api_key)"}
+    for path, operations in schema.get("paths", {}).items():
+        if path.startswith(API_PREFIX + "/"):
+            for operation in operations.values():
+                operation["security"] = [{"bearerAuth": []}]
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -271,11 +285,17 @@ def install_error_handlers(app: FastAPI) -> None:
         status = exc.status_code
         if status == 400:
             # FastAPI's own refusal of a body its JSON reader failed on other than by a syntax
-            # error (nesting too deep): the same answer as any malformed body of the route.
+            # error (not UTF-8, nesting too deep): the same answer as any malformed body of the
+            # route (validation_error's), after the key's 401/403 as every refusal of a write.
             status = _validation_status(request)
+            refused = await auth_first(request, status)
+            if refused is not None:
+                return _error(refused.status_code, refused.message, refused.payload)
             if message == "There was an error parsing the body":
                 message = "Malformed JSON body"
-        elif status == 404:
+            problems = [((), message)]
+            return _error(status, "Invalid request: " + first_message(problems), payload_from(problems))
+        if status == 404:
             message = f"No route for {request.method} {paths.printable(request.url.path)}"
         headers = getattr(exc, "headers", None)
         if status == 405:

@@ -82,8 +82,12 @@ def test_read_only_key_gets_403_on_every_write_route(server, engine, org, api, r
             ("POST", "/api/v2/connected_organization_members/{connected_organization_member_id}/sessions")} <= routes
 
     before = database_fingerprint(engine)
+    as_json = {"Content-Type": "application/json"}
+    # Not UTF-8, or nested past the JSON reader: FastAPI's own 400, which was answered before
+    # the key (400/422 to a read-only key and to an unknown one, on half the routes).
     bodies = ({"json": order_body(org.member_email)}, {"json": {}}, {},
-              {"content": b"{not json", "headers": {"Content-Type": "application/json"}})
+              {"content": b"{not json", "headers": as_json}, {"content": b"\xff", "headers": as_json},
+              {"content": b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "headers": as_json})
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {read_only}"}, timeout=30) as client:
         for method, template in sorted(routes):
             path = PARAM.sub(lambda m: resources.get(m.group(1), "ZZZZZZZZZZZZ"), template)
@@ -93,6 +97,11 @@ def test_read_only_key_gets_403_on_every_write_route(server, engine, org, api, r
                 assert "read-only" in error(response, 403)["message"]
         assert ok(client.get("/api/v2/orders"))["total_count"] == 1  # and it reads
         assert ok(client.get(f"/api/v2/campaigns/{resources['campaign_id']}"))["campaign"]["id"]
+    with httpx.Client(base_url=server.url, headers={"Authorization": "Bearer LRG_SANDBOX_unknown"}) as client:
+        for method, template in sorted(routes):
+            path = PARAM.sub(lambda m: resources.get(m.group(1), "ZZZZZZZZZZZZ"), template)
+            for body in bodies[-3:]:
+                assert client.request(method, path, **body).status_code == 401, f"{method} {template} {body}"
     assert database_fingerprint(engine) == before
 
 

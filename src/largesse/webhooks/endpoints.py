@@ -89,7 +89,9 @@ def list_webhook_events(webhook_id: str, caller: CallerDep, engine: EngineDep):
     return json_response({"events": list(service.EVENTS)})
 
 
-@router.post("/webhooks/{webhook_id}/simulate")
+@router.post("/webhooks/{webhook_id}/simulate", response_class=PlainTextResponse, responses={
+    200: {"description": "The sample event is queued (the body is the text OK, as API.md has it)",
+          "content": {"text/plain": {"schema": {"type": "string", "example": "OK"}}}}})
 def simulate_webhook(webhook_id: str, body: SimulateIn, caller: CallerDep, engine: EngineDep,
                      settings: SettingsDep):
     """Queue a delivery of a sample event (its resource id is a placeholder) to the webhook.
