@@ -290,6 +290,24 @@ def test_fuzz_query_strings_never_5xx(http):
         assert response.headers["content-type"].startswith("application/json")
 
 
+def test_an_oversized_write_answers_the_keys_refusal_first(org, http, server):
+    """docs/organizations.md: a write's 401/403 wins over its other 4xx, 413 included (an unknown
+    or read-only key learned the size limit, by Content-Length and by a chunked body)."""
+    read_only = ok(http.post("/organizations/create_api_key", json={"permission": "read_only"}))["api_key"]
+    big = b'{"padding": "' + b"x" * 1_100_000 + b'"}'
+
+    def chunks():
+        yield from (big[i:i + 100_000] for i in range(0, len(big), 100_000))
+
+    for key, status in ((read_only, 403), ("LRG_SANDBOX_unknown", 401), (org.api_key, 413)):
+        with httpx.Client(base_url=f"{server.url}/api/v2", timeout=30,
+                          headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}) as client:
+            for path in ("/orders", "/campaigns", "/members"):
+                for content in (big, chunks()):
+                    assert client.post(path, content=content).status_code == status, (key[:12], path)
+    assert available_cents(http) == 500000 and orders_count(http) == 0
+
+
 def test_oversized_body_is_413_with_error_body(org, http):
     body = order_body(org.member_email)
     body["padding"] = "x" * 1_100_000

@@ -110,12 +110,18 @@ def _read_as_json(scope) -> None:
         (b"content-type", b"application/json")]
 
 
-def _too_large(scope):
-    """413: the error body, or for a dashboard page (a CSV upload) a page that says what to do."""
+async def _too_large(scope):
+    """413: the error body, or for a dashboard page (a CSV upload) a page that says what to do.
+    An API write's key is checked first, as for every other refusal (install_error_handlers:
+    auth_first): an unknown key gets its 401, a read-only one its 403, not the size limit."""
     if scope["path"].startswith("/dashboard/"):
         from largesse.dashboard.web import too_large_page
 
         return too_large_page()
+    if scope["path"].startswith(API_PREFIX + "/"):
+        refused = await auth.refusal(Request(scope))
+        if refused is not None:
+            return _error(refused.status_code, refused.message, refused.payload, refused.headers)
     return _error(413, f"Request body larger than {MAX_BODY_BYTES} bytes")
 
 
@@ -148,7 +154,7 @@ class RequestGuard:
                 if not value.isdigit():
                     return await _error(400, "Invalid Content-Length")(scope, receive, send)
                 if int(value) > MAX_BODY_BYTES:
-                    return await _too_large(scope)(scope, receive, send)
+                    return await (await _too_large(scope))(scope, receive, send)
                 break  # the server delivers exactly that many bytes
             if name == b"transfer-encoding":
                 chunked = True
@@ -168,7 +174,7 @@ class RequestGuard:
             chunk = message.get("body", b"")
             seen += len(chunk)
             if seen > MAX_BODY_BYTES:
-                return await _too_large(scope)(scope, receive, send)
+                return await (await _too_large(scope))(scope, receive, send)
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
