@@ -119,3 +119,32 @@ def _healthy(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_worker_process_that_cannot_start_is_tried_again(base_settings, caplog):
+    """A first start that failed (a fork refused: EAGAIN, ENOMEM, a permission) ended the
+    supervising thread: no delivery ever ran, and nothing said it would be tried again."""
+    import logging
+    import time
+
+    from largesse.delivery.supervisor import DeliverySupervisor
+
+    class FirstStartFails(DeliverySupervisor):
+        attempts = 0
+
+        def command(self):
+            self.attempts += 1
+            return ["/nonexistent/python"] if self.attempts == 1 else super().command()
+
+    supervisor = FirstStartFails(base_settings, processes=1, stop_timeout=10)
+    with caplog.at_level(logging.ERROR, logger="largesse"):
+        supervisor.start()
+        try:
+            deadline = time.monotonic() + 15
+            while not supervisor.pids() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert supervisor.pids() and supervisor.attempts == 2
+        finally:
+            supervisor.stop()
+    assert "cannot start a worker process" in caplog.text and "trying again in 1 s" in caplog.text
+    assert not supervisor.pids()

@@ -102,7 +102,13 @@ class DeliverySupervisor:
         try:
             with self._lock:
                 for slot in range(self.processes):
-                    self._spawn(slot)
+                    try:
+                        self._spawn(slot)
+                    except OSError as exc:  # EAGAIN, ENOMEM, EACCES: _watch tries again, as after a death
+                        log.error("delivery: cannot start a worker process: %s; trying again in %.0f s",
+                                  exc, delay[slot])
+                        due[slot] = time.monotonic() + delay[slot]
+                        delay[slot] = min(RESTART_MAX_S, delay[slot] * 2)
                     since[slot] = time.monotonic()
         finally:
             started.set()
@@ -133,8 +139,10 @@ class DeliverySupervisor:
                             self._spawn(slot)
                             self.restarts += 1
                         except OSError as exc:
-                            log.error("delivery: cannot start a worker process: %s", exc)
-                            due[slot] = now + RESTART_MAX_S
+                            log.error("delivery: cannot start a worker process: %s; trying again in %.0f s",
+                                      exc, delay[slot])
+                            due[slot] = now + delay[slot]
+                            delay[slot] = min(RESTART_MAX_S, delay[slot] * 2)
                         since[slot] = time.monotonic()
 
     def stop(self) -> None:
