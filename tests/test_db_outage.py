@@ -273,6 +273,36 @@ def test_sqlite_locked_by_another_process_answers_503(sqlite_server, caplog):
     assert not any(r.exc_info for r in caplog.records), [r.getMessage() for r in caplog.records if r.exc_info]
 
 
+def test_a_read_only_sqlite_database_answers_503_and_recovers_without_a_restart(sqlite_server):
+    """A database file the server may not write (its permissions, a read-only mount) answered
+    500 to every write, and kept answering 500 once it was writable again: the connections
+    stayed read-only. Here SQLite's query_only makes the connections read-only, as such a file
+    does (SQLITE_READONLY); the connections opened after it is lifted may write."""
+    from sqlalchemy import event
+
+    server, org, _ = sqlite_server
+    engine = server.app.state.engine
+    read_only = [True]
+
+    def on_connect(dbapi_connection, record):
+        if read_only[0]:
+            dbapi_connection.execute("PRAGMA query_only=1")
+
+    event.listen(engine, "connect", on_connect)
+    try:
+        engine.dispose()  # the next connections are opened read-only
+        for _ in range(3):
+            response = _order(org)
+            assert response.status_code == 503, response.text
+            assert response.headers["Retry-After"].isdigit()
+        with org.http() as client:
+            assert client.get("/orders").status_code == 200  # reads go on
+        read_only[0] = False  # the file is writable again
+        assert _order(org).status_code == 200
+    finally:
+        event.remove(engine, "connect", on_connect)
+
+
 def test_sqlite_writer_lock_held_past_the_wait_answers_503(sqlite_server):
     server, org, _ = sqlite_server
     engine = server.app.state.engine

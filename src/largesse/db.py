@@ -36,6 +36,7 @@ import math
 import operator
 import random
 import select
+import sqlite3
 import threading
 import time
 import weakref
@@ -159,13 +160,28 @@ def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, *, 
             cursor.execute("PRAGMA wal_autocheckpoint=0")  # SqliteCheckpointer's thread does it
         cursor.close()
 
+    @event.listens_for(engine, "handle_error")
+    def on_error(context):
+        # SQLite opens a file it may not write read-only, and the connection stays so: once the
+        # file is writable again, only a new connection writes. Treated as a disconnect, the
+        # connection is dropped (the pool's others too) and the request answered 503.
+        code = getattr(context.original_exception, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == SQLITE_READONLY:
+            context.is_disconnect = True
+
     @event.listens_for(engine, "begin")
     def on_begin(conn: Connection):
         write = conn.get_execution_options().get("write")
         attempt = _event_loop_attempt.get()
         proxied = conn.connection
         if write and attempt is not None and attempt.may_yield:
-            _begin_or_yield(proxied)
+            try:
+                _begin_or_yield(proxied)
+            except sqlite3.OperationalError as exc:  # raw, so not seen by on_error: the same rule
+                if exc.sqlite_errorcode & 0xFF == SQLITE_READONLY:
+                    conn.invalidate(exc)
+                    raise sa_exc.DisconnectionError(f"the SQLite database is read-only: {exc}") from exc
+                raise
             attempt.may_yield = False  # a write has begun: from here on, running fn again could repeat it
             return
         if proxied.info.get(_BUSY_MS) == 0:  # an inline write's (_begin_or_yield): this one may wait
@@ -508,8 +524,10 @@ def retry_reason(exc: BaseException) -> str | None:
 
 
 # SQLite primary result codes that mean "not now" rather than "wrong SQL" (which SQLite also
-# reports as OperationalError): BUSY, LOCKED, IOERR, FULL, CANTOPEN, PROTOCOL.
-_SQLITE_UNAVAILABLE = {5, 6, 10, 13, 14, 15}
+# reports as OperationalError): BUSY, LOCKED, READONLY (a file it may not write: permissions, a
+# read-only mount; _configure_sqlite drops such a connection), IOERR, FULL, CANTOPEN, PROTOCOL.
+SQLITE_READONLY = 8
+_SQLITE_UNAVAILABLE = {5, 6, SQLITE_READONLY, 10, 13, 14, 15}
 
 
 def is_unavailable(exc: BaseException) -> bool:
