@@ -94,3 +94,19 @@ def test_an_sqlite_database_with_rows_is_upgraded_from_every_old_revision(tmp_pa
             assert conn.execute(text("PRAGMA foreign_key_check")).all() == []
             assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1  # on again for the pool
         engine.dispose()
+
+
+def test_organizations_get_the_root_of_their_line_of_parents(tmp_path):
+    """0026: each organization's root_organization_id is the top of its line of parents (itself
+    without one), which the webhook threads' share per customer counts by."""
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'roots.sqlite3'}")
+    upgrade(engine, "0025")
+    lines = {"top": None, "child": "top", "grandchild": "child", "alone": None, "orphan": "gone"}
+    with engine.begin() as conn:
+        for org_id, parent in lines.items():
+            _insert_filled(conn, "organizations", id=org_id, name=org_id, parent_organization_id=parent)
+    upgrade(engine)
+    with engine.connect() as conn:
+        roots = dict(conn.execute(text("SELECT id, root_organization_id FROM organizations")).all())
+    assert roots == {"top": "top", "child": "top", "grandchild": "top", "alone": "alone", "orphan": "gone"}
+    engine.dispose()

@@ -121,3 +121,48 @@ def test_a_dead_workers_expired_lease_does_not_hold_its_organizations_webhooks(e
         with db.write(engine) as conn:
             conn.execute(delete(jobs).where(jobs.c.id.in_([dead_id, waiting_id])))
             assert conn.execute(select(jobs.c.id).where(jobs.c.id.in_([dead_id, waiting_id]))).first() is None
+
+
+def test_a_customers_sub_organizations_share_its_webhook_threads(engine, server):
+    """Any key may create sub-organizations (POST /organizations): counted apart, a customer with
+    as many of them as there are webhook threads, each with a hanging receiver, held them all.
+    The cap counts an organization with its sub-organizations, their own sub-organizations too."""
+    from sqlalchemy import delete, select
+
+    from largesse import db
+    from largesse.delivery import jobs as job_queue
+    from largesse.delivery.models import jobs
+    from tests.conftest import Org
+
+    customer = create_org(engine, server.url, name="Many Subs")
+    other = create_org(engine, server.url, name="Other Customer")
+    subs = []
+    with customer.http() as http:
+        for n in range(3):
+            created = ok(http.post("/organizations", json={"name": f"Sub {n}", "website": "https://s.example.com",
+                                                         "with_api_key": True}))["organization"]
+            subs.append(Org(created["id"], created["api_key"], None, customer.member_email, customer.base_url))
+    with subs[0].http() as http:  # a sub-organization's own sub-organization: the same customer
+        created = ok(http.post("/organizations", json={"name": "Sub of sub", "website": "https://s.example.com",
+                                                     "with_api_key": True}))["organization"]
+        subs.append(Org(created["id"], created["api_key"], None, customer.member_email, customer.base_url))
+    ours = [org.id for org in (customer, other, *subs)]
+    with db.write(engine) as conn:
+        for org_id in ours:
+            conn.execute(jobs.insert().values(job_queue.queued_row(
+                kind="deliver_webhook", organization_id=org_id, payload={})))
+    claimed = []
+    try:
+        for _ in range(500):  # one claim per webhook thread, none finishing: receivers that hang
+            taken_now = job_queue.claim(engine, "threads", limit=1, lease_seconds=30, lane=job_queue.WEBHOOK,
+                                        org_cap=1)
+            if not taken_now:
+                break
+            claimed += taken_now  # (other tests' leftover jobs too: handed back below)
+        taken = [job.organization_id for job in claimed if job.organization_id in ours]
+        assert sorted(taken) == sorted([other.id, next(t for t in taken if t != other.id)]), taken
+    finally:
+        job_queue.release(engine, "threads", [job.id for job in claimed if job.organization_id not in ours])
+        with db.write(engine) as conn:
+            conn.execute(delete(jobs).where(jobs.c.organization_id.in_(ours)))
+            assert conn.execute(select(jobs.c.id).where(jobs.c.organization_id.in_(ours))).first() is None

@@ -107,8 +107,9 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, p
     through here; one slot is always left for them when limit > 1). `cursor` moves to the
     last organization served.
 
-    `org_cap`: skip organizations that already have that many jobs of the lane running (in
-    any worker), so that a slow organization cannot occupy every thread (the webhook lane).
+    `org_cap`: skip organizations whose customer (the organization and its sub-organizations)
+    already has that many jobs of the lane running (in any worker), so that a slow customer
+    cannot occupy every thread (the webhook lane).
 
     `environment` ("sandbox", "production"; None: any): only jobs of that environment's
     organizations, and jobs of none. Servers of both environments may share a database, and a
@@ -128,14 +129,21 @@ def claim(engine: Engine, worker_id: str, *, limit: int, lease_seconds: float, p
         ours = select(organizations.c.id).where(organizations.c.environment == environment)
         due.append(or_(jobs.c.organization_id.is_(None), jobs.c.organization_id.in_(ours)))
     if org_cap is not None:
-        running = jobs.alias("running_jobs")
-        busy = (select(func.count()).select_from(running)
+        # Counted per customer: the organization with every sub-organization of its line (the
+        # same root_organization_id), since any key may create sub-organizations; counted apart,
+        # one customer's eight held all eight webhook threads.
+        running, running_org, job_org = jobs.alias("running_jobs"), organizations.alias("running_org"), \
+            organizations.alias("job_org")
+        customer = (select(func.coalesce(job_org.c.root_organization_id, job_org.c.id))
+                    .where(job_org.c.id == jobs.c.organization_id).correlate(jobs).scalar_subquery())
+        busy = (select(func.count()).select_from(
+                    running.join(running_org, running_org.c.id == running.c.organization_id))
                 .where(running.c.status == RUNNING, running.c.lane == jobs.c.lane,
-                       running.c.organization_id == jobs.c.organization_id,
+                       func.coalesce(running_org.c.root_organization_id, running_org.c.id) == customer,
                        # a job whose lease ran out is its dead worker's, not a thread in use: counted,
                        # it held the organization's other webhooks until the heartbeat requeued it
                        running.c.locked_until > now)
-                .scalar_subquery())
+                .correlate(jobs).scalar_subquery())
         due.append(or_(jobs.c.organization_id.is_(None), busy < org_cap))
     skip_locked = engine.dialect.name == "postgresql"
 

@@ -27,6 +27,9 @@ organizations = Table(
     # The organization that created this one (POST /organizations, POST /connected_organizations);
     # NULL for organizations the operator created. Sub-organizations share its environment.
     Column("parent_organization_id", String(20), nullable=True),
+    # The top of its line of parents (itself for an operator's organization): the customer, whose
+    # organizations share one share of the webhook threads (delivery.jobs.claim's org_cap).
+    Column("root_organization_id", String(20), nullable=True),
     Index("ix_organizations_parent", "parent_organization_id", "created_at"),
 )
 

@@ -81,7 +81,7 @@ def create_org(conn: Connection, *, name: str, member_email: str, member_name: s
     org_id = new_id()
     conn.execute(organizations.insert().values(
         id=org_id, name=name, currency_code=currency_code, fee_basis_points=0, fee_flat_cents=0,
-        environment="sandbox" if sandbox else "production", created_at=utcnow(),
+        environment="sandbox" if sandbox else "production", root_organization_id=org_id, created_at=utcnow(),
     ))
     member_id = add_member(conn, organization_id=org_id, email=member_email, name=member_name, status=REGISTERED)
     fs_id = funding.create_balance(conn, organization_id=org_id, currency_code=currency_code)

@@ -38,7 +38,7 @@ COPY_SETTINGS_DEFAULTS = {
 # column is a setting: inherited from the parent, generically, so settings columns that other
 # modules add later (order approvals...) are covered without editing this list.
 IDENTITY_COLUMNS = frozenset({"id", "name", "website", "phone", "currency_code", "created_at", "environment",
-                              "parent_organization_id"})
+                              "parent_organization_id", "root_organization_id"})
 
 
 def is_order_approvals_setting(column: str) -> bool:
@@ -69,7 +69,8 @@ def create_sub_org(conn: Connection, *, parent_id: str, name: str, website: str 
         settings = _converted(conn, settings, parent.currency_code, currency)
     conn.execute(organizations.insert().values(
         **settings, id=org_id, name=name, website=website, phone=phone, currency_code=currency,
-        environment=parent.environment, parent_organization_id=parent_id, created_at=utcnow(),
+        environment=parent.environment, parent_organization_id=parent_id,
+        root_organization_id=parent.root_organization_id or parent_id, created_at=utcnow(),
     ))
     fs_id = funding.create_balance(conn, organization_id=org_id, currency_code=currency)
     if parent.environment == "sandbox":
