@@ -132,12 +132,14 @@ def _upgrade(engine: Engine, revision: str) -> None:
             # fails with foreign keys on once other rows point at the table. SQLite's documented
             # procedure: foreign keys off (outside a transaction: inside one the pragma does
             # nothing), the change, foreign_key_check before the commit, foreign keys on again.
-            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+            raw = conn.connection.dbapi_connection
+            foreign_keys = raw.execute("PRAGMA foreign_keys").fetchone()[0]  # on: the app's connections
+            raw.execute("PRAGMA foreign_keys=OFF")
         try:
             cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
-            if sqlite:
+            if sqlite and foreign_keys:  # (a connection that enforces none, some tests', checks none)
                 broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
                 if broken:
                     raise RuntimeError(f"the migration to {revision} left {len(broken)} rows whose foreign keys "
@@ -149,4 +151,4 @@ def _upgrade(engine: Engine, revision: str) -> None:
                 conn.commit()
             elif sqlite:
                 conn.rollback()  # nothing left to roll back after a commit; the pragma needs no transaction
-                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
+                raw.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
