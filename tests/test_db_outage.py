@@ -303,6 +303,26 @@ def test_a_read_only_sqlite_database_answers_503_and_recovers_without_a_restart(
         event.remove(engine, "connect", on_connect)
 
 
+def test_an_sqlite_file_deleted_while_serving_refuses_writes(sqlite_server, caplog):
+    """`rm` of the database under a running server: it kept accepting orders (200), written to
+    the deleted file, and the next start found an empty database: every acknowledged order, key
+    and balance gone. Now writes answer 503 within a moment and /readyz says why."""
+    server, org, path = sqlite_server
+    assert _order(org).status_code == 200
+    caplog.set_level(logging.ERROR)
+    for leftover in glob.glob(f"{path}*"):
+        os.unlink(leftover)
+    deadline = time.monotonic() + 5
+    while _order(org).status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    response = _order(org)
+    assert response.status_code == 503, response.text
+    assert response.headers["Retry-After"].isdigit()
+    ready = httpx.get(f"{server.url}/readyz")
+    assert ready.status_code == 503 and "deleted while in use" in ready.json()["errors"]["message"], ready.text
+    assert any("deleted while in use" in r.getMessage() and "/proc/" in r.getMessage() for r in caplog.records)
+
+
 def test_sqlite_writer_lock_held_past_the_wait_answers_503(sqlite_server):
     server, org, _ = sqlite_server
     engine = server.app.state.engine

@@ -34,6 +34,7 @@ import contextvars
 import datetime
 import math
 import operator
+import os
 import random
 import select
 import sqlite3
@@ -144,9 +145,56 @@ def _json_dumps(value) -> str:
     return orjson.dumps(value).decode()
 
 
+# --- an SQLite file deleted or replaced while in use ------------------------------------------
+# A process keeps writing to the file it opened, even once `rm` or a copy over it has taken the
+# path away: what it acknowledges then is gone at the next start, which finds the path empty
+# (or another file) there. The file's identity is taken at the first connection; a process that
+# finds the path no longer names it refuses writes (503) and /readyz says why, until a restart.
+_sqlite_files: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pool: (path, (st_dev, st_ino))
+_lost_files: weakref.WeakSet = weakref.WeakSet()  # pools whose file is gone (write() refuses; usually empty)
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
+
+
+def sqlite_file_lost(engine: Engine) -> str | None:
+    """Why the engine's SQLite file is no longer the one it opened, or None (also for PostgreSQL,
+    and before the first connection). Once lost, lost for this process: its writes are refused."""
+    key = engine.pool
+    known = _sqlite_files.get(key)
+    if known is None:
+        return None
+    path, identity = known
+    now = _file_identity(path)
+    if now == identity:
+        return None
+    why = f"the SQLite database file {path} was {'deleted' if now is None else 'replaced by another file'} while in use"
+    if key not in _lost_files:
+        _lost_files.add(key)
+        import logging
+
+        logging.getLogger("largesse").error(
+            "%s: writes are refused (503) until this process restarts. Anything written since went to the "
+            "file it still holds open (/proc/%s/fd): copy it back to %s before restarting, or restore a backup",
+            why, os.getpid(), path)
+    return why
+
+
 def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, *, autocheckpoint: bool = True) -> None:
+    path = engine.url.database
+    watched = bool(path) and path != ":memory:" and not path.startswith("file:")
+
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection, record):
+        if watched and engine.pool not in _sqlite_files:
+            identity = _file_identity(path)
+            if identity is not None:
+                _sqlite_files.setdefault(engine.pool, (path, identity))
         # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's own handling
         # would start transactions lazily and never as IMMEDIATE).
         dbapi_connection.isolation_level = None
@@ -230,6 +278,10 @@ class SqliteCheckpointer(threading.Thread):
         seen = None
         try:
             while not self.stopped.wait(self.INTERVAL):
+                engine = self._engine()
+                if engine is not None and engine.pool not in _lost_files:
+                    sqlite_file_lost(engine)  # one stat: a file deleted under the API is seen within 0.1 s
+                del engine
                 try:
                     stat = os.stat(self.wal)
                 except OSError:
@@ -404,6 +456,10 @@ def write(engine: Engine, *, one_write_statement: bool = False) -> Iterator[Conn
     On SQLite, whose writes stay separate statements, the block is a transaction as usual.
     """
     engine = _routed(engine)
+    if _lost_files and engine.pool in _lost_files:
+        from largesse.errors import ServiceUnavailable
+
+        raise ServiceUnavailable("The database is unavailable; retry shortly")
     lock = _writer_lock(engine)
     budget_ms = None
     if lock is not None and not lock.acquire(blocking=False):  # uncontended: no clock reads

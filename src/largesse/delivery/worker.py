@@ -328,6 +328,7 @@ class Worker:
         unrenewed: set[int] = set()  # held but not renewed at the previous renewal
         while not self._beat_stop.wait(tick):
             attempt = time.monotonic()
+            db.sqlite_file_lost(self.engine)  # a deleted or replaced file: its writes refused from here on
             try:
                 if time.monotonic() - last_ensure >= 60:  # in case it was deleted or the start failed
                     last_ensure = time.monotonic()

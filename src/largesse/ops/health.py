@@ -46,6 +46,9 @@ def readiness(engine) -> tuple[bool, dict]:
 
             logging.getLogger("largesse.ops").warning("readiness: database unreachable (%s)", type(exc).__name__)
             return False, _not_ready("The database is unreachable", {"database": ["unreachable"]})
+    lost = db.sqlite_file_lost(engine)
+    if lost is not None:
+        return False, _not_ready(f"Not ready: {lost}; restart after restoring it", {"database": ["file lost"]})
     if current != head:
         return False, _not_ready(f"The database schema is at {current}, this code needs {head}; "
                                  "run `largesse db upgrade`", {"migrations": ["not current"]})
