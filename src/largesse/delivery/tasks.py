@@ -224,6 +224,19 @@ def complete_sent(ctx: Context) -> int:
     sent, ctx.sent = ctx.sent, []
     if not sent:
         return 0
+    try:
+        _complete_in_one_transaction(ctx, sent)
+    except BaseException:
+        ctx.sent = sent + ctx.sent  # still to complete: the caller may try again
+        raise
+    for _ in sent:
+        metrics.delivery("sent")
+    return len(sent)
+
+
+def _complete_in_one_transaction(ctx: Context, sent: list) -> None:
+    """Idempotent: a reward already SUCCEEDED and a job no longer this worker's running one are
+    left alone, so running it again after a commit whose answer was lost changes nothing."""
     with db.write(ctx.engine) as conn:
         if conn.dialect.name == "postgresql":
             # Losing this commit in a server crash only means sending the emails again, which
@@ -242,9 +255,6 @@ def complete_sent(ctx: Context) -> int:
         for org, events in by_org.items():
             webhooks.emit(conn, org, events)
         job_queue.mark_done_many(conn, [job.id for job in sent], ctx.worker_id)
-    for _ in sent:
-        metrics.delivery("sent")
-    return len(sent)
 
 
 def _gather(batch: _Reads, reward) -> compose.RewardMail:
