@@ -223,6 +223,11 @@ def test_commands_starting_together_on_a_new_sqlite_database_wait_for_each_other
     results = [(p.wait(timeout=120), *p.communicate()) for p in started]
     assert [code for code, _, _ in results] == [0, 0, 0, 0], results
     assert "Together" in _run(tmp_path, "org", "list").stdout
+    # Each `db upgrade` says what it did itself: at most one created the schema (org create may
+    # have), the others found it done (all three said they had created it).
+    said = [out.split(" at revision")[0].split(" (revision")[0] for _, out, _ in results[:3]]
+    assert said.count("created the database schema") <= 1, said
+    assert set(said) <= {"created the database schema", "database is up to date"}, said
 
 
 @pytest.mark.parametrize("command", [

@@ -176,20 +176,22 @@ def db_upgrade():
         with engine.connect() as conn:
             return schema_revision(conn) if inspect(conn).has_table("alembic_version") else None
 
+    from largesse import migrate
+
     settings = load_settings()
-    bare = open_engine(settings, prepare=False, create=True)
-    before = revision(bare)
-    bare.dispose()
     engine = open_engine(settings, create=True)
     after = revision(engine)
     engine.dispose()
     where = shown_url(settings.database_url)
-    if before is None:
-        typer.echo(f"created the database schema at revision {after}: {where}")
-    elif before != after:
-        typer.echo(f"migrated the database from revision {before} to {after}: {where}")
-    else:
+    # What this process did, read under the migration lock: of two run at once, the second
+    # found the work done (it said "migrated" too, from what it had read before waiting).
+    done = migrate.last_upgrade
+    if done is None:
         typer.echo(f"database is up to date (revision {after}): {where}")
+    elif done[0] is None:
+        typer.echo(f"created the database schema at revision {after}: {where}")
+    else:
+        typer.echo(f"migrated the database from revision {done[0]} to {after}: {where}")
 
 
 @db_app.command("backup")

@@ -110,13 +110,31 @@ def _sqlite_migration_lock(engine: Engine, timeout: float = 120.0) -> Iterator[N
         os.close(lock)  # releases the flock
 
 
+# What this process's last upgrade() did: (the revision it found, None for a new database;
+# the revision it left), read under the migration lock. None when it found nothing to do.
+# `largesse db upgrade` reports from it: two of them at once both said they had migrated.
+last_upgrade: tuple[str | None, str | None] | None = None
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
+    global last_upgrade
+    last_upgrade = None
     if revision == "head" and is_at_head(engine):
         return
     with _sqlite_migration_lock(engine):
         if revision == "head" and is_at_head(engine):  # another process migrated while we waited
             return
         _upgrade(engine, revision)
+
+
+def _revision(conn) -> str | None:
+    """The database's revision, None before its first migration (no failing query: on
+    PostgreSQL one would abort the migration's transaction)."""
+    from sqlalchemy import inspect
+
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
 def _upgrade(engine: Engine, revision: str) -> None:
@@ -136,6 +154,7 @@ def _upgrade(engine: Engine, revision: str) -> None:
             foreign_keys = raw.execute("PRAGMA foreign_keys").fetchone()[0]  # on: the app's connections
             raw.execute("PRAGMA foreign_keys=OFF")
         try:
+            found = _revision(conn)
             cfg = alembic_config()
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
@@ -144,7 +163,10 @@ def _upgrade(engine: Engine, revision: str) -> None:
                 if broken:
                     raise RuntimeError(f"the migration to {revision} left {len(broken)} rows whose foreign keys "
                                        f"point nowhere (first: {tuple(broken[0])}); nothing was changed")
+            left = _revision(conn)
             conn.commit()
+            global last_upgrade
+            last_upgrade = (found, left) if found != left else None
         finally:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": ADVISORY_LOCK_ID})
