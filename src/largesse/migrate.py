@@ -154,6 +154,8 @@ def _upgrade(engine: Engine, revision: str) -> None:
             foreign_keys = raw.execute("PRAGMA foreign_keys").fetchone()[0]  # on: the app's connections
             raw.execute("PRAGMA foreign_keys=OFF")
         try:
+            # Read in the migration's own transaction (which Alembic then joins, committed below
+            # after the checks): a failure rolls every step back, as one transaction.
             found = _revision(conn)
             cfg = alembic_config()
             cfg.attributes["connection"] = conn
@@ -169,6 +171,7 @@ def _upgrade(engine: Engine, revision: str) -> None:
             last_upgrade = (found, left) if found != left else None
         finally:
             if conn.dialect.name == "postgresql":
+                conn.rollback()  # a failed migration's aborted transaction (nothing after a commit)
                 conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": ADVISORY_LOCK_ID})
                 conn.commit()
             elif sqlite:
