@@ -110,3 +110,22 @@ def test_organizations_get_the_root_of_their_line_of_parents(tmp_path):
         roots = dict(conn.execute(text("SELECT id, root_organization_id FROM organizations")).all())
     assert roots == {"top": "top", "child": "top", "grandchild": "top", "alone": "alone", "orphan": "gone"}
     engine.dispose()
+
+
+def test_a_row_that_pointed_nowhere_before_does_not_block_an_upgrade(tmp_path):
+    """The foreign-key check after a migration refuses what the migration broke, not what was
+    broken before it: one old orphan row made every upgrade, so every command, refuse to run."""
+    import sqlite3
+
+    path = tmp_path / "orphan.sqlite3"
+    engine = db.make_engine(f"sqlite:///{path}")
+    upgrade(engine, "0025")
+    raw = sqlite3.connect(path)  # foreign keys off: as a row written by hand, or by a tool
+    with raw:
+        raw.execute("INSERT INTO fields (id, organization_id, label, data_type, required, scope, created_at) "
+                    "VALUES ('F1', 'NO-SUCH-ORG', 'x', 'Text', 0, 'REWARD', '2026-01-01 00:00:00')")
+    raw.close()
+    upgrade(engine)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == alembic_head()
+    engine.dispose()

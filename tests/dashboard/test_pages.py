@@ -355,6 +355,17 @@ def test_lists_and_counts_show_a_reward_past_its_expiry_as_expired(admin, http, 
     assert fresh in listed("?status=ACTIVE") and late not in listed("?status=ACTIVE")
     counts = re.findall(r"(Active|Expired)\D{0,200}?(\d+)", text_of(admin.get("/dashboard").text))
     assert ("Active", "1") in counts and ("Expired", "1") in counts, counts
+    # A reward of an order waiting for approval does not expire, whatever its expires_at says.
+    from tests.dashboard.test_approval_pages import set_policy
+
+    set_policy(engine, org.id, "api")
+    waiting = place(http, org.member_email, method="LINK")
+    assert waiting["status"] == "PENDING APPROVAL"
+    held = waiting["rewards"][0]["id"]
+    with db.write(engine) as conn:
+        conn.execute(update(rewards).where(rewards.c.id == held).values(expires_at=utcnow() - timedelta(seconds=1)))
+    assert held in listed("?status=ACTIVE") and held not in listed("?status=EXPIRED")
+    set_policy(engine, org.id, "off")
 
 
 def test_cancel_resend_and_generate_link(admin, http, org, engine, server):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.factories import available_cents, error, ok, order_body, orders_count, unique
 
 
@@ -126,23 +128,56 @@ def test_amounts_below_a_floats_precision_are_other_parameters(org, http):
     assert available_cents(http) == 500000 - 2500 and orders_count(http) == 1
 
 
-def test_an_order_fingerprinted_by_floats_still_replays(org, http, engine):
+def _hash_as_before(body: dict) -> str:
+    """The fingerprint as the code before exact amounts computed it (1109b98): the request
+    model's JSON dump with every amount a float, keys sorted. Written out here, apart from the
+    code's own legacy mode, and pinned below to a hash that code printed."""
+    import hashlib
+    from decimal import Decimal
+
+    import orjson
+
+    from largesse.orders.schemas import CreateOrderIn
+
+    def floats(value):
+        if isinstance(value, Decimal):
+            return float(value)
+        if isinstance(value, dict):
+            return {k: floats(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [floats(v) for v in value]
+        return value
+
+    dumped = floats(CreateOrderIn.model_validate(body).model_dump(mode="python", exclude_none=True))
+    return hashlib.sha256(orjson.dumps(dumped, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def test_the_old_fingerprint_is_the_one_the_old_code_stored():
+    body = {"payment": {"funding_source_id": "BALANCE"}, "external_id": "legacy-fixed",
+            "reward": {"value": {"denomination": 12.34}, "products": ["PGCNWBOOKS01US"],
+                       "delivery": {"method": "EMAIL"}, "recipient": {"name": "Recipient", "email": "x@example.com"}}}
+    assert _hash_as_before(body) == "7442fdaeffda9d92b8e7b7669d90f0f8001164c6eaaa0c58421316609a292146"
+
+
+@pytest.mark.parametrize("denomination", [12.34, 1.1, 100, 25])
+def test_an_order_fingerprinted_by_floats_still_replays(org, http, engine, denomination):
     # Orders placed before amounts were fingerprinted exactly keep the floats' fingerprint: the
     # same request still replays them, and one that only a float confused is still refused.
+    import json
+
     from sqlalchemy import update
 
     from largesse.orders.models import orders
-    from largesse.orders.schemas import CreateOrderIn
-    from largesse.orders.service import request_hash
 
     key = unique("legacy-")
-    body = body_with(org.member_email, key, denomination=12.34)
+    body = body_with(org.member_email, key, denomination=denomination, products=("PCHOCEANTR01US",))
     first = ok(http.post("/orders", json=body), 200)["order"]
-    legacy = request_hash(CreateOrderIn.model_validate(body), legacy_float=True)
-    assert legacy != request_hash(CreateOrderIn.model_validate(body))
     with engine.begin() as conn:
-        conn.execute(update(orders).where(orders.c.id == first["id"]).values(request_hash=legacy))
+        conn.execute(update(orders).where(orders.c.id == first["id"]).values(request_hash=_hash_as_before(body)))
     assert ok(http.post("/orders", json=body), 201)["order"]["id"] == first["id"]
-    text = __import__("json").dumps(body).replace("12.34", "12.340000000000000001")
+    tail = "0000000000000000001" if isinstance(denomination, float) else ".0000000000000000001"
+    text = json.dumps(body).replace(f'"denomination": {json.dumps(denomination)}',
+                                    f'"denomination": {json.dumps(denomination)}{tail}')
+    assert text != json.dumps(body)
     error(http.post("/orders", content=text, headers={"Content-Type": "application/json"}), 409)
-    assert available_cents(http) == 500000 - 1234 and orders_count(http) == 1
+    assert orders_count(http) == 1

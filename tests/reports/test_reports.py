@@ -371,12 +371,15 @@ def test_report_amounts_take_the_currencys_decimals(engine, server, work):
     assert (line[header.index("amount")], line[header.index("currency_code")]) == ("1200", "JPY")
 
 
-def test_a_download_reads_no_chunk_past_the_files_size(org, api, http, work, caplog):
+def test_a_download_reads_no_chunk_past_the_files_size(org, api, http, work, caplog, backend):
     """The stream asked for one chunk more than the file had, after the client had every byte
     and closed: that query was cancelled, and on PostgreSQL psycopg closed its pooled connection
     with a warning, on every download."""
     import logging
     import time
+
+    if backend != "postgresql":
+        pytest.skip("SQLite's inline query is not cancelled midway: nothing to see there")
 
     ok(http.post("/orders", json=order_body(org.member_email)))
     report_id = api.create_report(request()).report.id

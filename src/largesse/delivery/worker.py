@@ -253,9 +253,9 @@ class Worker:
                 with self._count_lock:
                     self.processed += 1
                 if ctx.sent and time.monotonic() - completed >= COMPLETE_EVERY_SECONDS:
-                    self._complete(ctx)
+                    self._complete(ctx, leased_at)
                     completed = time.monotonic()
-            self._complete(ctx)
+            self._complete(ctx, leased_at)
         finally:
             # Whatever was not run, completed or released (the database failed under us) is
             # left to its lease: not renewed any more, it is reclaimed once the lease runs out.
@@ -289,7 +289,7 @@ class Worker:
                         "starved); it leaves them to the worker that took them over", self.id, sorted(found))
         return renewed_at
 
-    def _complete(self, ctx: Context) -> None:
+    def _complete(self, ctx: Context, leased_at: float) -> None:
         """Step 3 for the emails sent since the last call: one transaction (tasks.complete_sent).
         A batch completes at its end, or every COMPLETE_EVERY_SECONDS while a slow relay makes
         it long: a crash can send again only what was sent since the last completion."""
@@ -298,7 +298,10 @@ class Worker:
         # with their heartbeat: given up at once, the batch was sent again a lease later, every
         # email of it (an audit: 40 duplicates for a 0.2 s loss). Past half a lease, or stopping,
         # the batch is left to its lease, as before.
-        deadline = time.monotonic() + self.settings.job_lease_seconds / 2
+        # (counted from the last renewal, when the heartbeat has missed some meanwhile: past the
+        # lease another worker may take the jobs, and a late completion is refused anyway)
+        lease = self.settings.job_lease_seconds
+        deadline = min(time.monotonic() + lease / 2, max(leased_at, self._renewed_at) + lease * 0.75)
         pause = 0.05
         while True:
             try:

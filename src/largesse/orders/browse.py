@@ -17,7 +17,7 @@ from sqlalchemy.orm import aliased
 
 from largesse.delivery.models import jobs
 from largesse.orders.lifecycle import NOT_WAITING_FOR_APPROVAL
-from largesse.orders.models import orders, reward_field_values, rewards
+from largesse.orders.models import PENDING_APPROVAL, orders, reward_field_values, rewards
 from largesse.redemption.models import payouts, redemption_tokens
 from largesse.timeutil import utcnow
 
@@ -72,11 +72,20 @@ def _overdue_of(conn: Connection, org: str, at: datetime) -> list | None:
     alone (no organization in the query: with one, a planner may walk the organization's
     ACTIVE rewards instead, every one of them when none is overdue). None past OVERDUE_CAP in
     all: the callers then put the rule in their queries, exact at the cost of that walk."""
-    rows = conn.execute(select(rewards.c.id, rewards.c.organization_id, rewards.c.created_at)
-                        .where(_overdue(at)).limit(OVERDUE_CAP + 1)).all()
+    # The candidates first, without the approval probe: a waiting order's rewards keep an
+    # expires_at the sweep never acts on, and a NOT EXISTS before the LIMIT would walk all of
+    # them (a 50,000-reward CSV order left waiting: 50,000 entries and probes on every page).
+    rows = conn.execute(select(rewards.c.id, rewards.c.organization_id, rewards.c.created_at, rewards.c.order_id)
+                        .where(rewards.c.status == "ACTIVE", rewards.c.expires_at <= at)
+                        .limit(OVERDUE_CAP + 1)).all()
     if len(rows) > OVERDUE_CAP:
         return None
-    return [(row.id, row.created_at) for row in rows if row.organization_id == org]
+    ours = [row for row in rows if row.organization_id == org]
+    if not ours:
+        return []
+    waiting = set(conn.execute(select(orders.c.id).where(
+        orders.c.id.in_({row.order_id for row in ours}), orders.c.status == PENDING_APPROVAL)).scalars())
+    return [(row.id, row.created_at) for row in ours if row.order_id not in waiting]
 
 
 def _status_conditions(conn: Connection, org: str, status: str | None, at: datetime) -> list[list]:
