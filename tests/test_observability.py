@@ -85,6 +85,13 @@ def test_one_json_log_line_per_request_without_secrets(tmp_path):
             assert GENERATED_ID.fullmatch(page.headers["X-Request-ID"])  # not sane: replaced
             sent.append((page.headers["X-Request-ID"], "GET", "/redeem/<token>", 200))
 
+            for typed in (f"/REDEEM/{token}", f"/Redeem/{token}/x", f"/dashboard/signin/link/{token}"):
+                # hand-typed: a 404, but the token in it is the real one (it was logged as typed)
+                mistyped = client.get(typed)
+                assert mistyped.status_code == 404
+                prefix = "/dashboard/signin/link/" if "signin" in typed else typed[:8]
+                sent.append((mistyped.headers["X-Request-ID"], "GET", prefix + "<token>", 404))
+
             download = client.get("/reports/download/" + "ab" * 32)  # a report link's token is a secret too
             assert download.status_code == 404
             sent.append((download.headers["X-Request-ID"], "GET", "/reports/download/<token>", 404))

@@ -27,8 +27,10 @@ _BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",]+")
 _QUERY_SECRET = re.compile(r"(?i)([?&](?:token|key|api_key|secret|signature|sig|password|access_token)=)[^&\s'\"]+")
 # Paths whose next segment is a bearer token (redemption links, connected members' sign-in
 # links, report downloads): logged as PREFIX<token>. The one list of them (ops.middleware too).
-TOKEN_PATHS = ("/redeem/", "/connect/", "/reports/download/")
-_TOKEN_PATH = re.compile("(" + "|".join(map(re.escape, TOKEN_PATHS)) + r")[^/\s?#'\"<>]+")
+# Paths whose next segment is a bearer secret. Matched in any capitals: a hand-typed
+# /REDEEM/<token> is a 404, but its token is the real one.
+TOKEN_PATHS = ("/redeem/", "/connect/", "/reports/download/", "/dashboard/signin/link/")
+_TOKEN_PATH = re.compile("(" + "|".join(map(re.escape, TOKEN_PATHS)) + r")[^/\s?#'\"<>]+", re.IGNORECASE)
 _EMAIL = re.compile(r"([A-Za-z0-9!#$%&*+=?^_`{|}~-])[A-Za-z0-9!#$%&'*+=?^_`{|}~.-]*"
                     r"@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)")
 
@@ -43,7 +45,7 @@ def redact(text: str) -> str:
         text = _BEARER.sub(r"\1***", text)
     if "=" in text and ("?" in text or "&" in text):
         text = _QUERY_SECRET.sub(r"\1***", text)
-    if any(prefix in text for prefix in TOKEN_PATHS):
+    if any(prefix in text.lower() for prefix in TOKEN_PATHS):
         text = _TOKEN_PATH.sub(r"\1<token>", text)
     if "@" in text:
         text = _EMAIL.sub(r"\1***@\2", text)

@@ -75,9 +75,10 @@ def _static_route(scope) -> str | None:
 def loggable_path(path: str) -> str:
     """The path without secrets: redemption, sign-in and report tokens are bearer secrets, never
     logged; and without control characters (a %0A in a URL must not start a forged log line)."""
+    lowered = path.lower()
     for prefix in logs.TOKEN_PATHS:
-        if path.startswith(prefix):
-            return prefix + "<token>"
+        if lowered.startswith(prefix):
+            return path[:len(prefix)] + "<token>"
     return paths.printable(path, LOGGED_PATH_LENGTH)
 
 
