@@ -245,10 +245,10 @@ def int_param(request: Request, name: str, default: int, *, low: int, high: int 
         raise BadRequest(f"{name} must be an integer", {name: ["must be an integer"]}) from None
     if value < low:
         raise BadRequest(f"{name} must be >= {low}", {name: [f"must be >= {low}"]})
+    if high is not None and value > high:
+        return high  # however large: the document says it reads as the maximum
     if value > MAX_OFFSET:
         raise BadRequest(f"{name} is too large", {name: ["is too large"]})
-    if high is not None and value > high:
-        return high
     return value
 
 
@@ -270,6 +270,8 @@ def q_int(name: str, default: int, *, low: int, high: int | None = None) -> dict
     text = f"default {default}"
     if high is not None:
         text += f"; above {high} reads as {high}"
+    else:
+        schema["maximum"] = MAX_OFFSET  # beyond: 400, as int_param answers
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": text}
 
 
