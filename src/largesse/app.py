@@ -251,6 +251,15 @@ def install_error_handlers(app: FastAPI) -> None:
             return await auth.refusal(request)
         return None
 
+    async def invalid_request(request: Request, problems: list):
+        """A malformed body or parameters: the route's 400 or 422 with every problem (API.md §4),
+        after the key's 401/403."""
+        status = _validation_status(request)
+        refused = await auth_first(request, status)
+        if refused is not None:
+            return _error(refused.status_code, refused.message, refused.payload)
+        return _error(status, "Invalid request: " + first_message(problems), payload_from(problems))
+
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
         exc = await auth_first(request, exc.status_code) or exc
@@ -276,11 +285,7 @@ def install_error_handlers(app: FastAPI) -> None:
             elif message.startswith("Value error, "):
                 message = message[len("Value error, "):]
             problems.append((loc, message))
-        status = _validation_status(request)
-        refused = await auth_first(request, status)
-        if refused is not None:
-            return _error(refused.status_code, refused.message, refused.payload)
-        return _error(status, "Invalid request: " + first_message(problems), payload_from(problems))
+        return await invalid_request(request, problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -293,14 +298,9 @@ def install_error_handlers(app: FastAPI) -> None:
             # FastAPI's own refusal of a body its JSON reader failed on other than by a syntax
             # error (not UTF-8, nesting too deep): the same answer as any malformed body of the
             # route (validation_error's), after the key's 401/403 as every refusal of a write.
-            status = _validation_status(request)
-            refused = await auth_first(request, status)
-            if refused is not None:
-                return _error(refused.status_code, refused.message, refused.payload)
             if message == "There was an error parsing the body":
                 message = "Malformed JSON body"
-            problems = [((), message)]
-            return _error(status, "Invalid request: " + first_message(problems), payload_from(problems))
+            return await invalid_request(request, [((), message)])
         if status == 404:
             message = f"No route for {request.method} {paths.printable(request.url.path)}"
         headers = getattr(exc, "headers", None)

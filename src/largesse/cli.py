@@ -168,19 +168,12 @@ def default_public_url(host: str, port: int) -> str:
 def db_upgrade():
     """Apply every pending migration; a new database (SQLite: a new file) gets the whole schema
     and the default catalog. Prints the revision before and after."""
-    from sqlalchemy import inspect
-
-    from largesse.ops.health import schema_revision
-
-    def revision(engine) -> str | None:
-        with engine.connect() as conn:
-            return schema_revision(conn) if inspect(conn).has_table("alembic_version") else None
-
     from largesse import migrate
 
     settings = load_settings()
     engine = open_engine(settings, create=True)
-    after = revision(engine)
+    with engine.connect() as conn:
+        after = migrate.current_revision(conn)
     engine.dispose()
     where = shown_url(settings.database_url)
     # What this process did, read under the migration lock: of two run at once, the second

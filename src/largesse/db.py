@@ -185,6 +185,12 @@ def sqlite_file_lost(engine: Engine) -> str | None:
     return why
 
 
+def _read_only(exc: BaseException) -> bool:
+    """SQLite's READONLY: a file this connection may not write (permissions, a read-only mount)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == SQLITE_READONLY
+
+
 def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, *, autocheckpoint: bool = True) -> None:
     path = engine.url.database
     watched = bool(path) and path != ":memory:" and not path.startswith("file:")
@@ -213,8 +219,7 @@ def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, *, 
         # SQLite opens a file it may not write read-only, and the connection stays so: once the
         # file is writable again, only a new connection writes. Treated as a disconnect, the
         # connection is dropped (the pool's others too) and the request answered 503.
-        code = getattr(context.original_exception, "sqlite_errorcode", None)
-        if code is not None and code & 0xFF == SQLITE_READONLY:
+        if _read_only(context.original_exception):
             context.is_disconnect = True
 
     @event.listens_for(engine, "begin")
@@ -226,7 +231,7 @@ def _configure_sqlite(engine: Engine, busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, *, 
             try:
                 _begin_or_yield(proxied)
             except sqlite3.OperationalError as exc:  # raw, so not seen by on_error: the same rule
-                if exc.sqlite_errorcode & 0xFF == SQLITE_READONLY:
+                if _read_only(exc):
                     conn.invalidate(exc)
                     raise sa_exc.DisconnectionError(f"the SQLite database is read-only: {exc}") from exc
                 raise

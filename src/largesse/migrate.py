@@ -132,7 +132,7 @@ def _broken_foreign_keys(conn) -> set[tuple]:
     return {tuple(row) for row in conn.exec_driver_sql("PRAGMA foreign_key_check").all()}
 
 
-def _revision(conn) -> str | None:
+def current_revision(conn) -> str | None:
     """The database's revision, None before its first migration (no failing query: on
     PostgreSQL one would abort the migration's transaction)."""
     from sqlalchemy import inspect
@@ -161,7 +161,7 @@ def _upgrade(engine: Engine, revision: str) -> None:
         try:
             # Read in the migration's own transaction (which Alembic then joins, committed below
             # after the checks): a failure rolls every step back, as one transaction.
-            found = _revision(conn)
+            found = current_revision(conn)
             # Rows that pointed nowhere before are not the migration's doing (nor its to refuse).
             broken_before = _broken_foreign_keys(conn) if sqlite and foreign_keys else set()
             cfg = alembic_config()
@@ -172,7 +172,7 @@ def _upgrade(engine: Engine, revision: str) -> None:
                 if broken:
                     raise RuntimeError(f"the migration to {revision} left {len(broken)} rows whose foreign keys "
                                        f"point nowhere (first: {tuple(broken[0])}); nothing was changed")
-            left = _revision(conn)
+            left = current_revision(conn)
             conn.commit()
             global last_upgrade
             last_upgrade = (found, left) if found != left else None

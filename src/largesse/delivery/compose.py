@@ -80,13 +80,6 @@ class RewardMail:
     organization_name: str = ""
 
 
-def _key(name: str) -> str:
-    """A placeholder's name as labels are matched: as stored (label_of: spaces folded, NFC),
-    casefolded, so that {{ GRÖSSE }} names Größe. A stored label is label_of's already: its key
-    is label.casefold()."""
-    return label_of(name).casefold()
-
-
 class FieldValues(dict):
     """Every label of the organization's fields -> the reward's value ("" when it has none),
     looked up by a placeholder's name: its label as written first (labels are unique as written,
@@ -110,8 +103,8 @@ class FieldValues(dict):
 
 
 def fill_placeholders(text: str, values: dict[str, str]) -> str:
-    """values: a FieldValues; a plain dict is keyed by casefolded names (_key)."""
-    lookup = values.lookup if isinstance(values, FieldValues) else (lambda name: values.get(_key(name)))
+    """values: a FieldValues, or a plain {label: value} dict (`{}`: every placeholder as written)."""
+    lookup = (values if isinstance(values, FieldValues) else FieldValues((), values)).lookup
 
     def replace(match: re.Match) -> str:
         found = lookup(match.group(1))

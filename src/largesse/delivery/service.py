@@ -265,8 +265,7 @@ def expire_due(engine: Engine, *, now=None) -> int:
     while True:
         with db.read(engine) as conn:
             ids = list(conn.execute(
-                select(rewards.c.id).where(rewards.c.status == "ACTIVE", rewards.c.expires_at <= now,
-                                           lifecycle.NOT_WAITING_FOR_APPROVAL)
+                select(rewards.c.id).where(lifecycle.overdue(now))
                 .order_by(rewards.c.expires_at).limit(EXPIRE_BATCH)
             ).scalars())
         for reward_id in ids:

@@ -296,10 +296,9 @@ class Worker:
         ids = [job.id for job in ctx.sent]
         # A moment without the database (a blip, a restart) is waited out while the leases hold,
         # with their heartbeat: given up at once, the batch was sent again a lease later, every
-        # email of it (an audit: 40 duplicates for a 0.2 s loss). Past half a lease, or stopping,
-        # the batch is left to its lease, as before.
-        # (counted from the last renewal, when the heartbeat has missed some meanwhile: past the
-        # lease another worker may take the jobs, and a late completion is refused anyway)
+        # email of it (an audit: 40 duplicates for a 0.2 s loss). Past half a lease (or three
+        # quarters of one since the last renewal, when the heartbeat missed some: past the lease
+        # another worker may take the jobs), or stopping, the batch is left to its lease.
         lease = self.settings.job_lease_seconds
         deadline = min(time.monotonic() + lease / 2, max(leased_at, self._renewed_at) + lease * 0.75)
         pause = 0.05

@@ -45,7 +45,8 @@ def redact(text: str) -> str:
         text = _BEARER.sub(r"\1***", text)
     if "=" in text and ("?" in text or "&" in text):
         text = _QUERY_SECRET.sub(r"\1***", text)
-    if any(prefix in text.lower() for prefix in TOKEN_PATHS):
+    lowered = text.lower()  # once, not once per prefix
+    if any(prefix in lowered for prefix in TOKEN_PATHS):
         text = _TOKEN_PATH.sub(r"\1<token>", text)
     if "@" in text:
         text = _EMAIL.sub(r"\1***@\2", text)

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, and_, bindparam, case, exists, func, or_, sel
 from sqlalchemy.orm import aliased
 
 from largesse.delivery.models import jobs
-from largesse.orders.lifecycle import NOT_WAITING_FOR_APPROVAL
+from largesse.orders.lifecycle import NOT_WAITING_FOR_APPROVAL, overdue
 from largesse.orders.models import PENDING_APPROVAL, orders, reward_field_values, rewards
 from largesse.redemption.models import payouts, redemption_tokens
 from largesse.timeutil import utcnow
@@ -52,15 +52,12 @@ class RewardFilter:
 
 
 # A reward's status as the API shows it (lifecycle.effective): an ACTIVE reward past its expiry
-# reads EXPIRED before the sweep has stored it, unless its order waits for approval. Pages select
-# it as `shown_status` and filter by it, so a list, its filter and the reward's page agree.
-
-def _overdue(at: datetime):
-    return and_(rewards.c.status == "ACTIVE", rewards.c.expires_at <= at, NOT_WAITING_FOR_APPROVAL)
-
+# reads EXPIRED before the sweep has stored it, unless its order waits for approval
+# (lifecycle.overdue). Pages select it as `shown_status` and filter by it, so a list, its filter
+# and the reward's page agree.
 
 def _shown_status(at: datetime):
-    return case((_overdue(at), "EXPIRED"), else_=rewards.c.status).label("shown_status")
+    return case((overdue(at), "EXPIRED"), else_=rewards.c.status).label("shown_status")
 
 
 OVERDUE_CAP = 2_000
@@ -93,21 +90,20 @@ def _status_conditions(conn: Connection, org: str, status: str | None, at: datet
     list, or for EXPIRED two (stored, and overdue), each walked in the list's order."""
     if status not in ("ACTIVE", "EXPIRED"):
         return [[rewards.c.status == status] if status else []]
-    overdue = _overdue_of(conn, org, at)
-    ids = [reward_id for reward_id, _ in overdue or ()]
+    late = _overdue_of(conn, org, at)
+    ids = [reward_id for reward_id, _ in late or ()]
     if status == "ACTIVE":
-        if overdue is None:
+        if late is None:
             return [[rewards.c.status == "ACTIVE",
                      or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > at, ~NOT_WAITING_FOR_APPROVAL)]]
         return [[rewards.c.status == "ACTIVE"] + ([rewards.c.id.not_in(ids)] if ids else [])]
     stored = [rewards.c.status == "EXPIRED"]
-    if overdue is None:
-        return [stored, [_overdue(at)]]
-    return [stored, [rewards.c.id.in_(ids), _overdue(at)]] if ids else [stored]
+    if late is None:
+        return [stored, [overdue(at)]]
+    return [stored, [rewards.c.id.in_(ids), overdue(at)]] if ids else [stored]
 
 
-def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Cursor | None, limit: int,
-                 at: datetime | None = None):
+def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Cursor | None, limit: int):
     """(rows, has_more): rewards newest first matching flt, below the cursor `before`.
 
     With a custom field filter the walk starts from the field index instead (as the API's
@@ -116,7 +112,7 @@ def page_rewards(conn: Connection, org: str, flt: RewardFilter, *, before: Curso
     of the rewards probing each one's values could read every reward of the organization.
     A recipient's rewards are one range of ix_rewards_org_email_created, in the list's order.
     """
-    at = at or utcnow()
+    at = utcnow()
     conditions = []
     if flt.recipient_email:
         # lower() of the database on both sides: the index's own expression (SQLite's is ASCII only).
@@ -189,21 +185,21 @@ def page_orders(conn: Connection, org: str, *, campaign_id: str | None, created_
 COUNT_CAP = 10_000
 
 
-def status_counts(conn: Connection, org: str, *, since: datetime, at: datetime | None = None) -> dict[str, int]:
+def status_counts(conn: Connection, org: str, *, since: datetime) -> dict[str, int]:
     """{status as shown: rewards created since `since`}, each counted up to COUNT_CAP + 1 (a page
     shows "more than 10,000"): index-only range scans of ix_rewards_org_status_created_id whose
     cost is bounded whatever the organization's volume (a full count of 100,000 index entries
     alone took most of the 50 ms budget), then the overdue rewards move from ACTIVE to EXPIRED."""
-    at = at or utcnow()
+    at = utcnow()
     counts = {status: conn.execute(_COUNT_SINCE, {"org": org, "status": status, "since": since}).scalar_one()
               for status in REWARD_STATUSES}
-    overdue = _overdue_of(conn, org, at)
-    if overdue is None:
+    late = _overdue_of(conn, org, at)
+    if late is None:
         moved = conn.execute(select(func.count()).select_from(select(rewards.c.id).where(
-            rewards.c.organization_id == org, rewards.c.created_at >= since, _overdue(at))
+            rewards.c.organization_id == org, rewards.c.created_at >= since, overdue(at))
             .limit(COUNT_CAP + 1).subquery())).scalar_one()
     else:
-        moved = sum(1 for _, created_at in overdue if created_at >= since)
+        moved = sum(1 for _, created_at in late if created_at >= since)
     if counts["ACTIVE"] <= COUNT_CAP:  # else "more than 10,000" still
         counts["ACTIVE"] -= min(moved, counts["ACTIVE"])
     counts["EXPIRED"] = min(counts["EXPIRED"] + moved, COUNT_CAP + 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import Connection, Row, exists, or_, update
+from sqlalchemy import Connection, Row, and_, exists, or_, update
 
 from largesse.orders.models import PENDING_APPROVAL, orders, rewards
 
@@ -20,6 +20,12 @@ from largesse.orders.models import PENDING_APPROVAL, orders, rewards
 NOT_WAITING_FOR_APPROVAL = ~exists().where(orders.c.id == rewards.c.order_id, orders.c.status == PENDING_APPROVAL)
 
 _STAMP = {"REDEEMED": "redeemed_at", "CANCELED": "canceled_at"}
+
+
+def overdue(at: datetime):
+    """In SQL, the rewards that `effective` reads as EXPIRED while stored ACTIVE: past their
+    expiry, their order not waiting for approval. The sweep expires them (delivery.service)."""
+    return and_(rewards.c.status == "ACTIVE", rewards.c.expires_at <= at, NOT_WAITING_FOR_APPROVAL)
 
 
 def close(conn: Connection, reward_id: str, *, status: str, at: datetime, failed_delivery: bool = False) -> bool:
@@ -36,8 +42,7 @@ def expire(conn: Connection, reward_id: str, *, at: datetime) -> Row | None:
     """ACTIVE and past expires_at -> EXPIRED; the reward's row if this call made the change."""
     return conn.execute(
         update(rewards)
-        .where(rewards.c.id == reward_id, rewards.c.status == "ACTIVE", rewards.c.expires_at <= at,
-               NOT_WAITING_FOR_APPROVAL)
+        .where(rewards.c.id == reward_id, overdue(at))
         .values(status="EXPIRED").returning(*rewards.c)
     ).first()
 

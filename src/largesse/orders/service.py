@@ -213,7 +213,8 @@ class _Probes:
 
 
 def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *, channel: str) -> PlacedOrder:
-    fingerprint = _Fingerprint(body, request_hash(body))
+    # Hashed only when kept: an order without an external_id is never replayed.
+    fingerprint = _Fingerprint(body, request_hash(body)) if body.external_id is not None else None
     reward_inputs = _reward_inputs(body)
     probes = _Probes.of(body, reward_inputs, sandbox=settings.sandbox)
     org = None
@@ -230,7 +231,7 @@ def _place(engine: Engine, settings: Settings, body: CreateOrderIn, caller_of, *
             plan = _plan(conn, settings=settings, caller=caller, context=context, probes=probes, body=body,
                          reward_inputs=reward_inputs, channel=channel)
             plan.errors.raise_any()
-            links = _write(conn, plan, fingerprint.exact, body.external_id, has_webhook=context.has_webhook)
+            links = _write(conn, plan, fingerprint.exact if fingerprint else None, has_webhook=context.has_webhook)
     except (IntegrityError, PaymentRequired):
         if body.external_id is None or org is None:
             raise
@@ -584,10 +585,9 @@ def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) ->
     return values
 
 
-def _write(conn: Connection, plan: _Plan, fingerprint: str, external_id: str | None, *,
-           has_webhook: bool) -> dict[str, str]:
+def _write(conn: Connection, plan: _Plan, request_hash: str | None, *, has_webhook: bool) -> dict[str, str]:
     order = plan.order_row
-    order["request_hash"] = fingerprint if external_id is not None else None
+    order["request_hash"] = request_hash  # an external_id's order's (None without one)
     if conn.dialect.name == "postgresql":
         return _write_postgres(conn, plan, has_webhook=has_webhook)
     _INSERT_ORDER.execute_many(conn, [order])
