@@ -77,6 +77,12 @@ def test_production_sub_organization_starts_at_zero(engine, make_server):
 def test_copy_settings_copies_campaigns_fields_and_users(org, api, http, engine):
     campaign = make_campaign(http, name="Holiday")
     field = make_field(http, name="dept")
+    later_campaigns = [f"Campaign {n}" for n in range(8)]
+    later_fields = [f"field {n}" for n in range(8)]
+    for name in later_campaigns:
+        make_campaign(http, name=name)
+    for name in later_fields:
+        make_field(http, name=name)
     ok(http.post("/members", json={"email": "helper@example.com", "role": "MEMBER"}))
     with db.write(engine) as conn:
         conn.execute(organizations.update().where(organizations.c.id == org.id).values(fee_basis_points=250))
@@ -88,9 +94,11 @@ def test_copy_settings_copies_campaigns_fields_and_users(org, api, http, engine)
         assert ok(child.get("/members"))["members"] == []
     with Org(copied.id, copied.api_key, "", "", org.base_url).http() as child:
         campaigns = ok(child.get("/campaigns"))["campaigns"]
-        assert [c["name"] for c in campaigns] == ["Holiday"] and campaigns[0]["id"] != campaign["id"]
+        assert [c["name"] for c in campaigns] == ["Holiday", *later_campaigns] and campaigns[0]["id"] != campaign["id"]
         assert campaigns[0]["products"] == campaign["products"]
-        assert [f["label"] for f in ok(child.get("/fields"))["fields"]] == [field["label"]]
+        # In the source's creation order, as every list of fields and campaigns is (the copies
+        # shared one timestamp and came back in the order of their random IDs).
+        assert [f["label"] for f in ok(child.get("/fields"))["fields"]] == [field["label"], *later_fields]
         members = {m["email"]: m["role"] for m in ok(child.get("/members"))["members"]}
         assert members == {org.member_email: "ADMIN", "helper@example.com": "MEMBER"}
     with db.read(engine) as conn:

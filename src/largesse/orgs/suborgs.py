@@ -13,6 +13,7 @@ another currency gets the parent's amounts converted (_converted).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy import Connection, Table, select
 
@@ -117,15 +118,18 @@ def _converted(conn: Connection, settings: dict, source: str, target: str) -> di
 
 
 def _copy_rows(conn: Connection, table: Table, source_org: str, target_org: str) -> int:
-    """Copy an organization's rows of `table` (campaigns, fields) to another, with new IDs."""
+    """Copy an organization's rows of `table` (campaigns, fields) to another, with new IDs, in
+    the source's order: the lists sort by (created_at, id), and copies stamped with one instant
+    came back in the order of their random IDs, so each is a microsecond after the one before."""
     now = utcnow()
     rows = []
-    for row in conn.execute(select(table).where(table.c.organization_id == source_org).order_by(table.c.created_at)):
+    source = select(table).where(table.c.organization_id == source_org).order_by(table.c.created_at, table.c.id)
+    for position, row in enumerate(conn.execute(source)):
         values = dict(row._mapping)
         values.update(id=new_id(), organization_id=target_org)
         for stamp in ("created_at", "updated_at"):
             if stamp in values:
-                values[stamp] = now
+                values[stamp] = now + timedelta(microseconds=position)
         rows.append(values)
     if rows:
         conn.execute(table.insert(), rows)
