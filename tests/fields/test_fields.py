@@ -90,6 +90,20 @@ def test_search_rewards_by_a_non_ascii_label(org, http):
     assert {f["label"]: f["value"] for f in reward["custom_fields"]} == {"Größe": "M", "Département": "Lyon"}
 
 
+def test_a_labels_length_is_counted_in_nfc(org, http):
+    """The 100-character bound is the label's (NFC, spaces folded), not the text as sent: 60
+    decomposed é are 120 code points and a 60-letter label, on POST /fields and on a search."""
+    composed, decomposed = "é" * 60, "e\u0301" * 60
+    field = make_field(http, data_type="Text", options=None, name=decomposed)
+    assert field["label"] == composed
+    place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "v"}])
+    for label in (composed, decomposed, "  " + decomposed.replace("e", " e", 1)):
+        assert ok(http.get("/rewards", params={label: "v"}))["total_count"] == 1, label
+    assert error(http.get("/rewards", params={"e" * 101: "v"}), 400)["message"] == "label is too long"
+    assert "display_name" in error(http.post("/fields", json={
+        "display_name": "e" * 101, "data_type": "Text"}), 422)["payload"]
+
+
 @pytest.mark.parametrize("body", [
     {"display_name": "bad-name!", "data_type": "Text"},
     {"display_name": "", "data_type": "Text"},

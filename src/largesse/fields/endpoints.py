@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter
 from pydantic import Field, StrictBool
 
@@ -18,7 +20,11 @@ class FieldData(Wire):
 
 
 class CreateFieldIn(Wire):
-    display_name: Text(100, 1)
+    # At most 100 characters once folded (fields.service.label_of: NFC, runs of spaces): a
+    # decomposed é is two code points here and one letter in the label, so the bound on the
+    # text as sent is looser and the service measures the label.
+    display_name: Annotated[Text(1000, 1), Field(description="At most 100 characters in Unicode NFC, "
+                                                             "runs of spaces folded to one")]
     data_type: Text(20, 1)
     data: FieldData | None = None
     required: StrictBool = False

@@ -128,8 +128,12 @@ async def list_rewards(request: Request):
         filters = list({
             label: (label, clean_text(v, k[:100], max_length=1000))
             for k, v in request.query_params.multi_items() if k not in PAGINATION
-            for label in (fields_service.label_of(clean_text(k, "label", max_length=100)),)
+            for label in (fields_service.label_of(clean_text(k, "label", max_length=1000)),)
         }.values())
+        for name, _ in filters:  # measured as stored (NFC, spaces folded), as POST /fields does
+            if len(name) > fields_service.LABEL_MAX:
+                raise BadRequest("label is too long",
+                                 {"label": [f"must be at most {fields_service.LABEL_MAX} characters"]})
         for name, _ in filters:
             if not fields_service.can_be_label(name):  # e.g. created_at[gte]: a filter this list has not
                 raise BadRequest(f"{echoable(name)} is not a filter of this list: GET /rewards filters by "
