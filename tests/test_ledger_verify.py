@@ -267,3 +267,27 @@ def test_a_converted_total_that_is_not_its_subtotal_plus_fees(org, http, engine)
     finally:
         _sql(engine, "UPDATE orders SET fx_total_cents = fx_total_cents - 1 WHERE id = :o", o=order["id"])
     assert _findings(engine, org) == []
+
+
+def test_a_discount_made_up_with_its_debit_and_balance(org, http, engine):
+    """Largesse gives no discounts: one written with the order's total, its debit and the balance
+    lowered to match made an order cheaper and passed (a cancel would then refund it in full)."""
+    order = place(http, org.member_email, denomination=15)
+    entry = _one(engine, "SELECT id, funding_source_id FROM ledger_entries WHERE order_id = :o", o=order["id"])
+
+    def shift(cents: int) -> None:
+        _sql(engine, "UPDATE orders SET discount_cents = discount_cents + :c, total_cents = total_cents - :c "
+                     "WHERE id = :o", c=cents, o=order["id"])
+        _sql(engine, "UPDATE ledger_entries SET amount_cents = amount_cents + :c, "
+                     "balance_after_cents = balance_after_cents + :c WHERE id = :e", c=cents, e=entry["id"])
+        _sql(engine, "UPDATE funding_sources SET available_cents = available_cents + :c WHERE id = :f",
+             c=cents, f=entry["funding_source_id"])
+
+    shift(100)
+    try:
+        found = _findings(engine, org)
+        assert _what(found) == {("order discount", order["id"])}, found
+        assert (found[0].expected, found[0].actual) == (0, 100)
+    finally:
+        shift(-100)
+    assert _findings(engine, org) == []

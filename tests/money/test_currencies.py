@@ -7,7 +7,11 @@ import secrets
 from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
+from sqlalchemy import select, update
 
+from largesse import db
+from largesse.delivery import service as delivery
+from largesse.orders.models import rewards
 from tests.conftest import failing
 from tests.factories import TRAVEL_MULTI, available_cents, client_order, error, ok, order_body
 from tests.money.conftest import cli_json, ledger_problems
@@ -174,6 +178,40 @@ def test_a_flat_fee_without_a_rate_to_the_rewards_currency_is_400(org, http, cli
     cli("org", "fees", "--org", org.id, "--flat", "0")  # no flat fee: nothing to convert
     order = ok(http.post("/orders", json=_eur_body(org.member_email, denomination=30)))["order"]
     assert order["payment"]["total"] == 30
+
+
+def test_a_reward_worth_less_than_a_cent_once_converted_is_400(org, api, http, cli, deliver, engine, tmp_path,
+                                                                default_rates):
+    """At 10,000 EUR per USD, 25 EUR are a quarter of a cent: it was charged 0 (any number of
+    free rewards per order), and its cancel and the expiry sweep then failed on a refund of 0."""
+    path = tmp_path / "rates.csv"
+    path.write_text("currency_code,rate,date\nUSD,1,2026-11-20\nEUR,10000,2026-11-20\n")
+    cli("forex", "import", str(path))
+    before = available_cents(http)
+    body = _eur_body(failing(org.member_email), denomination=25)
+    body["reward"]["value"]["denomination"] = 25
+    errors = error(http.post("/orders", json=body), 400)
+    assert "less than the smallest amount of USD" in errors["message"], errors
+    assert "denomination" in errors["payload"]["reward"]["value"]
+    assert available_cents(http) == before and ok(http.get("/orders"))["orders"] == []
+    assert ok(http.post("/orders", json=_eur_body(failing(org.member_email), denomination=50)))[
+        "order"]["payment"]["total"] == 0.01  # half a cent rounds up: charged
+
+    # One charged 0 before the rule (as stored then): its cancel and its expiry refund nothing.
+    order = ok(http.post("/orders", json=_eur_body(failing(org.member_email), denomination=50)))["order"]
+    reward_id = order["rewards"][0]["id"]
+    with db.write(engine) as conn:
+        conn.execute(update(rewards).where(rewards.c.id == reward_id).values(charged_cents=0))
+    deliver()
+    charged_zero = available_cents(http)
+    api.cancel_reward(reward_id)
+    assert available_cents(http) == charged_zero
+    # The ledger of the whole test database must tie up again: the charge as it was, refunded.
+    with db.write(engine) as conn:
+        conn.execute(update(rewards).where(rewards.c.id == reward_id).values(charged_cents=1))
+        row = conn.execute(select(rewards).where(rewards.c.id == reward_id)).one()
+        assert delivery.refund(conn, row, memo="test: the tampered charge restored") == 1
+    assert ledger_problems(cli, org.id) == []
 
 
 def test_canceling_a_converted_reward_refunds_what_was_charged(org, api, http, cli, deliver):

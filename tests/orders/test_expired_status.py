@@ -9,6 +9,7 @@ import io
 from datetime import timedelta
 
 import httpx
+import pytest
 from sqlalchemy import select, update
 from tremendous import CreateReportRequest
 
@@ -113,3 +114,35 @@ def test_a_report_shows_a_reward_past_its_expiry_as_expired_before_the_sweep(org
     assert "redemption" not in ok(http.get(f"/orders/{waiting['id']}"))["order"]["rewards"][0]
     listed = {r["id"]: r for r in ok(http.get("/rewards"))["rewards"]}
     assert "redemption" not in listed[waiting_reward] and listed[expired]["redemption"]["status"] == "EXPIRED"
+
+
+def test_a_reward_that_cannot_expire_does_not_stop_the_others(org, http, engine, cli):
+    """The sweep took rewards in expires_at order and ended at the first whose expiry failed:
+    every reward of every organization after it stayed unrefunded, run after run. A trigger
+    (a real database error) makes the first one fail; the next is refunded and the run reports it."""
+    first, second = (place(http, org.member_email, method="LINK")["rewards"][0]["id"] for _ in range(2))
+    backdate(engine, first)
+    backdate(engine, second)
+    sqlite = engine.dialect.name == "sqlite"
+    with db.write(engine) as conn:
+        if sqlite:
+            conn.exec_driver_sql(f"CREATE TRIGGER poisoned BEFORE UPDATE ON rewards WHEN NEW.id = '{first}' "
+                                 "BEGIN SELECT RAISE(ABORT, 'poisoned'); END")
+        else:
+            conn.exec_driver_sql("CREATE FUNCTION poisoned() RETURNS trigger LANGUAGE plpgsql AS "
+                                 "$$ BEGIN RAISE EXCEPTION 'poisoned'; END $$")
+            conn.exec_driver_sql(f"CREATE TRIGGER poisoned BEFORE UPDATE ON rewards FOR EACH ROW "
+                                 f"WHEN (NEW.id = '{first}') EXECUTE FUNCTION poisoned()")
+    try:
+        with pytest.raises(RuntimeError, match="1 reward"):
+            delivery.expire_due(engine)
+        assert (stored_status(engine, first), refund_count(engine, first)) == ("ACTIVE", 0)
+        assert (stored_status(engine, second), refund_count(engine, second)) == ("EXPIRED", 1)
+    finally:
+        with db.write(engine) as conn:
+            conn.exec_driver_sql("DROP TRIGGER poisoned" if sqlite else "DROP TRIGGER poisoned ON rewards")
+            if not sqlite:
+                conn.exec_driver_sql("DROP FUNCTION poisoned()")
+    assert delivery.expire_due(engine) >= 1  # the retry, once the fault is gone
+    assert (stored_status(engine, first), refund_count(engine, first)) == ("EXPIRED", 1)
+    cli("ledger", "verify")

@@ -45,6 +45,8 @@ def refund(conn: Connection, reward, *, memo: str) -> int:
     amount = reward.charged_cents
     if amount is None:
         amount = reward.denomination_cents + reward.fee_cents
+    if amount == 0:  # charged nothing (a conversion that rounded to 0, refused since): nothing to give back
+        return 0
     source_id = conn.execute(select(orders.c.funding_source_id).where(orders.c.id == reward.order_id)).scalar_one()
     funding.credit(conn, funding_source_id=source_id, organization_id=reward.organization_id, amount_cents=amount,
                    kind=REFUND_KIND, memo=memo, order_id=reward.order_id, reward_id=reward.id)
@@ -259,25 +261,40 @@ def generate_order_links(engine: Engine, settings: Settings, *, org: str, order_
 
 def expire_due(engine: Engine, *, now=None) -> int:
     """Mark ACTIVE rewards past expires_at as EXPIRED and refund each, one transaction per
-    reward; returns how many expired. Safe to run from several workers at once."""
+    reward; returns how many expired. Safe to run from several workers at once.
+
+    A reward whose expiry fails (its transaction rolled back) is passed over for the rest of the
+    run, so that the rewards after it, of every organization, are still refunded; the run then
+    raises, and the job's retry tries that reward again (it ended every run at that reward)."""
     now = now or utcnow()
     expired = 0
+    failed: dict[str, Exception] = {}
     while True:
+        query = select(rewards.c.id).where(lifecycle.overdue(now))
+        if failed:
+            query = query.where(rewards.c.id.not_in(list(failed)))
         with db.read(engine) as conn:
-            ids = list(conn.execute(
-                select(rewards.c.id).where(lifecycle.overdue(now))
-                .order_by(rewards.c.expires_at).limit(EXPIRE_BATCH)
-            ).scalars())
+            ids = list(conn.execute(query.order_by(rewards.c.expires_at).limit(EXPIRE_BATCH)).scalars())
         for reward_id in ids:
-            with db.write(engine) as conn:
-                row = lifecycle.expire(conn, reward_id, at=now)
-                if row is None:
-                    continue  # redeemed or canceled meanwhile, or another worker expired it
-                refund(conn, row, memo=f"reward {reward_id} expired")
-                _drop_queued_deliveries(conn, reward_id, "reward expired")
-                expired += 1
+            try:
+                with db.write(engine) as conn:
+                    row = lifecycle.expire(conn, reward_id, at=now)
+                    if row is None:
+                        continue  # redeemed or canceled meanwhile, or another worker expired it
+                    refund(conn, row, memo=f"reward {reward_id} expired")
+                    _drop_queued_deliveries(conn, reward_id, "reward expired")
+                    expired += 1
+            except Exception as exc:
+                if db.is_unavailable(exc):
+                    raise  # the database, not this reward: the job retries the whole run
+                log.exception("reward %s could not be expired", reward_id)
+                failed[reward_id] = exc
         if len(ids) < EXPIRE_BATCH:
-            return expired
+            break
+    if failed:
+        raise RuntimeError(f"{len(failed)} reward(s) could not be expired (first: {next(iter(failed))}); "
+                           f"{expired} others were") from next(iter(failed.values()))
+    return expired
 
 
 def _expiry_of(org: str, campaign_id: str | None):

@@ -11,20 +11,22 @@ What must hold, and the `what` of the finding when it does not:
 - orders: exactly one debit of the total from the order's balance (`order debit missing`,
   `order debit count`, `order debit`, `debit without order`); the rewards add up to the
   subtotal and fees and total = subtotal + fees - discount (`order subtotal`, `order fees`,
-  `order total`, `order without rewards`); refund_cents equals the refunds credited for its
+  `order total`, `order without rewards`), and the discount is 0, as no order is given one
+  (`order discount`); refund_cents equals the refunds credited for its
   rewards (`order refund`);
 - top-ups, invoices, converted orders, and the organizations and currencies that tie orders,
   rewards and credits to their balances: funding/verify_credits.py;
 - rewards (orders/lifecycle.py: ACTIVE, then once REDEEMED, CANCELED or EXPIRED): a
-  CANCELED or EXPIRED reward has exactly one refund of its value plus fee, credited to the
-  balance that paid its order (`refund missing`, `refund count`, `refund amount`, `refund
-  source`); any other reward has none (`refund of unrefunded reward`); a refund names a
-  reward (`refund without reward`); a REDEEMED reward has exactly one payout (`payout
-  missing`, the payouts primary key allows no second one) and only a REDEEMED reward has one
-  (`payout of unredeemed reward`); statuses are known (`reward status`);
+  CANCELED or EXPIRED reward has exactly one refund of its value plus fee (what it was charged;
+  none when that was nothing), credited to the balance that paid its order (`refund missing`,
+  `refund count`, `refund amount`, `refund source`); any other reward has none (`refund of
+  unrefunded reward`); a refund names a reward (`refund without reward`); a REDEEMED reward
+  has exactly one payout (`payout missing`, the payouts primary key allows no second one) and
+  only a REDEEMED reward has one (`payout of unredeemed reward`); statuses are known (`reward
+  status`);
 - approvals (orders/approvals.py): each balance's pending_cents is the sum of the totals of
   its PENDING APPROVAL orders (`pending`); a rejected order is CANCELED and has exactly one
-  `order_refund` of its whole total on its balance (`order refund missing`, `order refund
+  `order_refund` of its whole total on its balance (none for a total of 0) (`order refund missing`, `order refund
   count`, `order refund amount`), any other order none (`order refund of unrejected order`);
   the rewards of a rejected order are CANCELED without refunds of their own (`rejected
   order reward`).
@@ -205,7 +207,8 @@ def _order_sums(conn):
         .outerjoin(sums, sums.c.order_id == o.c.id)
         .where(or_(sums.c.n.is_(None), and_(~converted, o.c.subtotal_cents != denoms),
                    and_(~converted, o.c.fees_cents != fees),
-                   o.c.total_cents != o.c.subtotal_cents + o.c.fees_cents - o.c.discount_cents))
+                   o.c.total_cents != o.c.subtotal_cents + o.c.fees_cents - o.c.discount_cents,
+                   o.c.discount_cents != 0))
     ).all()
     problems = []
     for x in rows:
@@ -219,6 +222,9 @@ def _order_sums(conn):
         if x.fees_cents != x.fees and x.fx_currency_code is None:
             problems.append(Problem("order fees", x.id, int(x.fees_cents), int(x.fees),
                                     f"the fees of its {x.n} rewards do not add up to the order's fees", org))
+        if x.discount_cents:  # Largesse grants none: a discount is an order made cheaper by hand
+            problems.append(Problem("order discount", x.id, 0, int(x.discount_cents),
+                                    "a discount, which no order is given", org))
         expected_total = x.subtotal_cents + x.fees_cents - x.discount_cents
         if x.total_cents != expected_total:
             problems.append(Problem("order total", x.id, int(expected_total), int(x.total_cents),
@@ -260,7 +266,8 @@ def _reward_refunds(conn):
         .where(or_(
             r.c.status.not_in(STATUSES),
             and_(~rejected, r.c.status.in_(REFUNDED),
-                 or_(refunds.c.n.is_(None), refunds.c.n != 1, refunds.c.total != owed, wrong_source)),
+                 or_(and_(refunds.c.n.is_(None), owed != 0), refunds.c.n != 1, refunds.c.total != owed,
+                     wrong_source)),
             and_(~rejected, r.c.status.not_in(REFUNDED), refunds.c.n.is_not(None)),
             and_(rejected, or_(r.c.status != "CANCELED", refunds.c.n.is_not(None))),
         ))
@@ -347,7 +354,8 @@ def _order_rejections(conn):
                rejected.label("rejected"), refunds.c.n, refunds.c.total, refunds.c.source)
         .outerjoin(refunds, refunds.c.order_id == o.c.id)
         .where(or_(
-            and_(rejected, or_(o.c.status != "CANCELED", refunds.c.n.is_(None), refunds.c.n != 1,
+            and_(rejected, or_(o.c.status != "CANCELED", and_(refunds.c.n.is_(None), o.c.total_cents != 0),
+                               refunds.c.n != 1,
                                refunds.c.total != o.c.total_cents, refunds.c.source != o.c.funding_source_id)),
             and_(~rejected, refunds.c.n.is_not(None)),
         ))

@@ -207,9 +207,10 @@ def reject_order(engine: Engine, *, org: str, order_id: str, by: Decider, via_ap
             raise _not_pending(order.id, current, "rejected")
         funding.hold(conn, funding_source_id=row.funding_source_id, amount_cents=-row.total_cents)
         # The uq_ledger_entries_order_refund index refuses a second refund of the same order.
-        funding.credit(conn, funding_source_id=row.funding_source_id, organization_id=org,
-                       amount_cents=row.total_cents, kind=ORDER_REFUND_KIND, memo=f"order {row.id} rejected",
-                       order_id=row.id)
+        if row.total_cents:  # an order that was charged nothing (delivery.service.refund) has nothing to give back
+            funding.credit(conn, funding_source_id=row.funding_source_id, organization_id=org,
+                           amount_cents=row.total_cents, kind=ORDER_REFUND_KIND, memo=f"order {row.id} rejected",
+                           order_id=row.id)
         conn.execute(update(rewards).where(rewards.c.order_id == row.id, rewards.c.status == "ACTIVE")
                      .values(status="CANCELED", canceled_at=now))
         webhooks.emit(conn, org, [("ORDERS.CANCELED", row.id)])

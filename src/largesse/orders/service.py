@@ -458,6 +458,9 @@ def _plan(conn: Connection, *, settings: Settings, caller: Caller, context, prob
             if charged > MAX_CENTS:  # an extreme configured rate: no such amount can be paid (nor stored)
                 errors.add(loc + ("value", "denomination"), f"is more than any balance holds once converted to "
                                                             f"{fx.target}; nothing was charged")
+            elif charged == 0 and cents > 0:  # 6 KRW with its fee: a reward for nothing, and nothing to refund
+                errors.add(loc + ("value", "denomination"), f"is worth less than the smallest amount of "
+                                                            f"{fx.target} once converted; nothing was charged")
             fx_subtotal, fx_fees = fx_subtotal + cents, fx_fees + fee
             costs.append((converted, charged - converted))
         else:
