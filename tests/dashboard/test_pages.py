@@ -159,6 +159,36 @@ def test_forms_without_csrf_are_refused(admin, http, org):
     assert ok(http.get(f"/rewards/{reward_id}"))["reward"].get("redemption") is None
 
 
+def test_a_form_sent_from_another_site_is_refused(admin, http, org, engine, server):
+    """docs/redemption.md's CSRF rule on every dashboard POST: when the browser names an Origin,
+    it must be this host; a missing Origin, or "null" (what browsers send under no-referrer),
+    leaves the decision to the CSRF token."""
+    from tests.dashboard.test_order_links import token_count
+
+    reward_id = place(http, org.member_email, method="LINK")["rewards"][0]["id"]
+    path = f"/dashboard/rewards/{reward_id}"
+    before = token_count(engine, [reward_id])
+    port = server.url.rsplit(":", 1)[1]
+    for origin in ("http://evil.example", "https://evil.example", f"http://evil.example:{port}"):
+        token = csrf_of(admin.get(path).text)
+        response = admin.post(f"{path}/link", data={"csrf_token": token}, headers={"Origin": origin})
+        assert response.status_code == 403 and response.headers["content-type"].startswith("text/html")
+        assert "sent from another site" in text_of(response.text)
+    assert token_count(engine, [reward_id]) == before
+    for origin in (server.url, "null", None):
+        token = csrf_of(admin.get(path).text)
+        response = admin.post(f"{path}/link", data={"csrf_token": token},
+                              headers={"Origin": origin} if origin else {})
+        assert response.status_code == 303, text_of(response.text)
+    assert token_count(engine, [reward_id]) == before + 3
+    # The sign-in form too (no session yet): a foreign Origin is refused before anything is read.
+    with httpx.Client(base_url=server.url) as client:
+        token = csrf_of(client.get("/dashboard/signin").text)
+        response = client.post("/dashboard/signin", data={"csrf_token": token, "email": org.member_email},
+                               headers={"Origin": "http://evil.example"})
+        assert response.status_code == 403 and "sent from another site" in text_of(response.text)
+
+
 def test_send_one_reward_looks_like_an_api_order(admin, http, org):
     response = send_one(admin, {
         "name": "Recipient", "email": org.member_email, "amount": "25", "method": "EMAIL",

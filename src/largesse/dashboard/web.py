@@ -3,8 +3,9 @@
 A page handler is a plain function `handler(ctx, **path_params) -> Response`, run in the
 thread pool. route() collects the body of a POST on the event loop (within forms' size
 limits) and, in the thread pool: resolves the viewer through access.viewer() with the action
-the route needs, parses the form (within forms' field limits: else 400/413 with the message
-page), checks its CSRF token, and turns access's exceptions into the sign-in redirect, the 403
+the route needs, refuses a POST whose browser names another site as its Origin (403, as the
+redemption pages: forms_limits.same_origin), parses the form (within forms' field limits: else
+400/413 with the message page), checks its CSRF token, and turns access's exceptions into the sign-in redirect, the 403
 page and the 404 page. Handlers parse, call a service, render: rules live in the services.
 """
 
@@ -217,6 +218,8 @@ def _run(handler, request: Request, body: bytes | forms_limits.FormRefused | Non
             ctx.viewer = access.viewer(state.engine, request.cookies.get(signin.COOKIE), action=action,
                                        environment=state.settings.environment)
         if body is not None:
+            if not forms_limits.same_origin(request):  # the recipient pages' rule: a named Origin is this host
+                return _foreign(ctx)
             if fresh:
                 return _expired(ctx)
             try:
@@ -246,6 +249,11 @@ def _run(handler, request: Request, body: bytes | forms_limits.FormRefused | Non
         if db.is_unavailable(exc):
             return ctx.message(503, "Try again in a moment", "The database is not reachable right now.")
         raise
+
+
+def _foreign(ctx: Ctx) -> HTMLResponse:
+    return ctx.message(403, "Not sent from this site", "The form was sent from another site, so nothing was "
+                       "changed. Open the dashboard at this address and send it from there.")
 
 
 def _expired(ctx: Ctx) -> HTMLResponse:
