@@ -26,7 +26,7 @@ from largesse.fields import service as fields_service
 from largesse.fraud import service as fraud
 from largesse.money import amount_in
 from largesse.orders import browse, lifecycle
-from largesse.orders.models import orders, rewards
+from largesse.orders.models import PENDING_APPROVAL, orders, rewards
 from largesse.redemption import service as redemption
 from largesse.spreadsheet import safe_cell
 from largesse.timeutil import utcnow
@@ -183,8 +183,11 @@ def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = 
         product = (catalog.get_many_cached(conn, [history.payout.product_id]).get(history.payout.product_id)
                    if history.payout else None)
     cancelable = delivery.cancelable(reward, order_status=order_status, any_delivery=ctx.settings.cancel_any_unredeemed)
+    # The services' rules for what the page offers: no link while the order waits for approval
+    # (generate_link's own refusal), no cancel then either (rejecting the order refunds it).
+    linkable = delivery.link_refusal(reward, order_status=order_status, now=now) is None
     return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, status_now=status_now,
-                      history=history,
+                      history=history, order_waiting=order_status == PENDING_APPROVAL, linkable=linkable,
                       values=values, error=error, notice=notice, link=link, cancelable=cancelable,
                       resendable=delivery.resendable(reward), resend_email=resend_email, review=review,
                       link_state=link_state, payout_product=product.name if product else None)
