@@ -189,6 +189,22 @@ def test_a_form_sent_from_another_site_is_refused(admin, http, org, engine, serv
         assert response.status_code == 403 and "sent from another site" in text_of(response.text)
 
 
+def test_a_filter_the_lists_cannot_read_is_a_400_naming_it(admin, http, org):
+    """An unknown status or a date that is no date is refused with the field's name, never
+    dropped (which listed every reward as if they matched)."""
+    place(http, org.member_email)
+    for path, words in (("/dashboard/rewards?status=BOGUS", 'Status: "BOGUS" is not one of'),
+                        ("/dashboard/rewards?delivery=nope", 'Delivery: "NOPE" is not one of'),
+                        ("/dashboard/rewards?from=2026-13-45", 'From: "2026-13-45" is not a date'),
+                        ("/dashboard/rewards?to=2026-02-30", 'To: "2026-02-30" is not a date'),
+                        ("/dashboard/rewards?from=2026-01-011", 'From: "2026-01-011" is not a date'),
+                        ("/dashboard/orders?from=yesterday", 'From: "yesterday" is not a date')):
+        response = admin.get(path)
+        assert response.status_code == 400, path
+        assert words in text_of(response.text), text_of(response.text)
+    assert admin.get("/dashboard/rewards?status=active&from=2020-01-01&to=2099-12-31").status_code == 200
+
+
 def test_send_one_reward_looks_like_an_api_order(admin, http, org):
     response = send_one(admin, {
         "name": "Recipient", "email": org.member_email, "amount": "25", "method": "EMAIL",

@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from sqlalchemy import exists, select
 from starlette.responses import Response
 
-from largesse import db
+from largesse import db, forms_limits
 from largesse.campaigns import service as campaigns_service
 from largesse.catalog import service as catalog
 from largesse.dashboard import access
@@ -35,11 +35,19 @@ router = APIRouter()
 PAGE_SIZE = 25
 
 
-def _day(value: str) -> datetime | None:
-    try:
-        return datetime.combine(date.fromisoformat(value), datetime.min.time()) if value else None
-    except ValueError:
+def _refused(label: str, value: str, expected: str):
+    """A filter the list cannot apply: the 400 message page naming it (web.route), never the
+    list without it (which listed every reward as if they matched)."""
+    return forms_limits.FormRefused(400, f'{label}: "{value}" {expected}.')
+
+
+def _day(label: str, value: str) -> datetime | None:
+    if not value:
         return None
+    try:
+        return datetime.combine(date.fromisoformat(value), datetime.min.time())
+    except ValueError:
+        raise _refused(label, value, "is not a date; use YYYY-MM-DD, e.g. 2026-01-31") from None
 
 
 def _before(ctx):
@@ -59,8 +67,8 @@ def _pager(ctx, next_cursor: str | None) -> dict:
 
 
 def _date_range(ctx) -> tuple[datetime | None, datetime | None, str, str]:
-    start, end = ctx.arg("from", max_length=10), ctx.arg("to", max_length=10)
-    gte, to = _day(start), _day(end)
+    start, end = ctx.arg("from", max_length=40), ctx.arg("to", max_length=40)
+    gte, to = _day("From", start), _day("To", end)
     # The whole of the `to` day: before the next day (9999-12-31 has none: its last moment).
     lt = (to + timedelta(days=1) if to < datetime.max - timedelta(days=1) else datetime.max) if to else None
     return gte, lt, start if gte else "", end if to else ""
@@ -133,12 +141,15 @@ def download_links(ctx, order_id: str):
 def list_rewards(ctx):
     org = ctx.viewer.organization_id
     gte, lt, start, end = _date_range(ctx)
-    status = ctx.arg("status", max_length=10).upper()
-    delivery_status = ctx.arg("delivery", max_length=10).upper()
+    status = ctx.arg("status", max_length=40).upper()
+    delivery_status = ctx.arg("delivery", max_length=40).upper()
+    for label, given, known in (("Status", status, browse.REWARD_STATUSES),
+                                ("Delivery", delivery_status, browse.DELIVERY_STATUSES)):
+        if given and given not in known:
+            raise _refused(label, given, "is not one of " + ", ".join(s.title() for s in known))
     label, value = ctx.arg("field", max_length=100), ctx.arg("value", max_length=1000)
     flt = browse.RewardFilter(
-        status=status if status in browse.REWARD_STATUSES else None,
-        delivery_status=delivery_status if delivery_status in browse.DELIVERY_STATUSES else None,
+        status=status or None, delivery_status=delivery_status or None,
         campaign_id=ctx.arg("campaign", max_length=20) or None, created_gte=gte, created_lt=lt,
         fields=[(label, value)] if label and value else [],
         recipient_email=ctx.arg("recipient", max_length=320) or None)
