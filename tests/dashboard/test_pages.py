@@ -676,6 +676,21 @@ def test_campaign_create_edit_and_preview(admin, http):
     assert email.status_code == 200 and "Alex Recipient" in email.text
 
 
+def test_a_refused_style_leaves_the_others_in_the_preview(admin):
+    """One value the API refuses (a colour named "red") is left out of the previews; the others
+    typed with it still show, and the editor's "Update preview" names the one left out."""
+    typed = {"products": GIFT_CARD_USD, "page_headline": "MYHEADLINE", "page_background_color": "red",
+             "email_subject_line": "MYSUBJECT", "email_button_color": "#12345"}
+    page = admin.get("/dashboard/campaigns/preview/page", params=typed)
+    assert page.status_code == 200 and "MYHEADLINE" in page.text and "--page-bg:red" not in page.text
+    email = admin.get("/dashboard/campaigns/preview/email", params=typed)
+    assert email.status_code == 200 and "MYSUBJECT" in email.text and "#12345" not in email.text
+    editor = text_of(admin.get("/dashboard/campaigns/new", params={**typed, "name": "Draft", "preview": "1"}).text)
+    assert "Left out of the previews" in editor
+    assert "Background colour: must be a hex colour" in editor and "Button colour: must be a hex colour" in editor
+    assert "Left out of the previews" not in text_of(admin.get("/dashboard/campaigns/new").text)
+
+
 @pytest.mark.parametrize("path", ["/dashboard/team", "/dashboard/developers"])
 def test_signed_out_visitors_are_sent_to_sign_in(server, path):
     import httpx
