@@ -25,6 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import jinja2
 from cryptography.fernet import Fernet, InvalidToken
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -98,12 +99,35 @@ def campaign_labels(rows) -> dict[str, str]:
     return labels
 
 
+def _page_messages(context) -> list[str]:
+    """The problems a page shows about its form: `errors` (a list, _errors.html) or one `error`."""
+    errors = context.get("errors") or []
+    if errors:
+        return [str(e) for e in errors]
+    error = context.get("error")
+    return [str(error)] if error else []
+
+
+@jinja2.pass_context
+def invalid(context, label: str, *hints: str) -> Markup:
+    """The attributes that tie a form control to the page's messages about it, for every form:
+    aria-invalid="true" and aria-describedby naming each message (ids error-1, error-2, ... in
+    the page's order, as _errors.html gives them) that starts with the control's label, as the
+    problems are worded ("Amount: use a dot for decimals: 25.50", bulk.in_words); `hints`: the
+    control's own descriptions, named first. Without a problem: only the hints."""
+    ids = [f"error-{i}" for i, text in enumerate(_page_messages(context), 1) if text.startswith(f"{label}:")]
+    described = " ".join([*hints, *ids])
+    attrs = Markup(' aria-invalid="true"') if ids else Markup("")
+    return attrs + (Markup(' aria-describedby="{}"').format(described) if described else Markup(""))
+
+
 TEMPLATES.filters["money"] = money
 TEMPLATES.filters["wire_money"] = wire_money
 TEMPLATES.filters["when"] = when
 TEMPLATES.filters["category_name"] = category_name
 TEMPLATES.filters["number"] = number
 TEMPLATES.globals["campaign_names"] = campaign_labels
+TEMPLATES.globals["invalid"] = invalid
 
 
 @functools.lru_cache(maxsize=8)
