@@ -198,7 +198,8 @@ def test_a_filter_the_lists_cannot_read_is_a_400_naming_it(admin, http, org):
                         ("/dashboard/rewards?from=2026-13-45", 'From: "2026-13-45" is not a date'),
                         ("/dashboard/rewards?to=2026-02-30", 'To: "2026-02-30" is not a date'),
                         ("/dashboard/rewards?from=2026-01-011", 'From: "2026-01-011" is not a date'),
-                        ("/dashboard/orders?from=yesterday", 'From: "yesterday" is not a date')):
+                        ("/dashboard/orders?from=yesterday", 'From: "yesterday" is not a date'),
+                        ("/dashboard/funding?to=31/12/2026", 'To: "31/12/2026" is not a date')):
         response = admin.get(path)
         assert response.status_code == 400, path
         assert words in text_of(response.text), text_of(response.text)

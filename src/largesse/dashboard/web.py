@@ -280,6 +280,12 @@ def _foreign(ctx: Ctx) -> HTMLResponse:
                        "changed. Open the dashboard at this address and send it from there.")
 
 
+def bad_filter(label: str, value: str, expected: str) -> forms_limits.FormRefused:
+    """A list's filter that cannot be applied (an unknown status, a date that is no date), to
+    raise: the 400 message page naming it, never the list without it (as if all matched)."""
+    return forms_limits.FormRefused(400, f'{label}: "{value}" {expected}.')
+
+
 def _expired(ctx: Ctx) -> HTMLResponse:
     return ctx.message(403, "Please try again", "The form had expired or cookies are blocked. "
                        "Go back, reload the page and send it again.")

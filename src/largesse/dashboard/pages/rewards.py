@@ -13,13 +13,13 @@ from fastapi import APIRouter
 from sqlalchemy import exists, select
 from starlette.responses import Response
 
-from largesse import db, forms_limits
+from largesse import db
 from largesse.campaigns import service as campaigns_service
 from largesse.catalog import service as catalog
 from largesse.dashboard import access
 from largesse.dashboard.pages import approvals as approvals_page
 from largesse.dashboard.pages import reviews as reviews_page
-from largesse.dashboard.web import route
+from largesse.dashboard.web import bad_filter, route
 from largesse.delivery import service as delivery
 from largesse.errors import ApiError
 from largesse.fields import service as fields_service
@@ -35,19 +35,13 @@ router = APIRouter()
 PAGE_SIZE = 25
 
 
-def _refused(label: str, value: str, expected: str):
-    """A filter the list cannot apply: the 400 message page naming it (web.route), never the
-    list without it (which listed every reward as if they matched)."""
-    return forms_limits.FormRefused(400, f'{label}: "{value}" {expected}.')
-
-
 def _day(label: str, value: str) -> datetime | None:
     if not value:
         return None
     try:
         return datetime.combine(date.fromisoformat(value), datetime.min.time())
     except ValueError:
-        raise _refused(label, value, "is not a date; use YYYY-MM-DD, e.g. 2026-01-31") from None
+        raise bad_filter(label, value, "is not a date; use YYYY-MM-DD, e.g. 2026-01-31") from None
 
 
 def _before(ctx):
@@ -146,7 +140,7 @@ def list_rewards(ctx):
     for label, given, known in (("Status", status, browse.REWARD_STATUSES),
                                 ("Delivery", delivery_status, browse.DELIVERY_STATUSES)):
         if given and given not in known:
-            raise _refused(label, given, "is not one of " + ", ".join(s.title() for s in known))
+            raise bad_filter(label, given, "is not one of " + ", ".join(s.title() for s in known))
     label, value = ctx.arg("field", max_length=100), ctx.arg("value", max_length=1000)
     flt = browse.RewardFilter(
         status=status or None, delivery_status=delivery_status or None,
