@@ -98,6 +98,31 @@ def test_an_order_pending_approval_gets_no_links(admin, http, org, engine):
     assert token_count(engine, [waiting["rewards"][0]["id"]]) == before
 
 
+def test_a_reward_of_an_order_pending_approval_offers_no_link_nor_cancel(admin, member_client, http, org, engine):
+    """The reward's page follows its order page (and generate_link's rule): it says the order
+    waits for approval and offers neither "Generate a new link" nor cancel; once approved, the
+    link button is back."""
+    from largesse.orders import approvals
+
+    with db.write(engine) as conn:
+        approvals.set_policy(conn, org.id, mode="api")
+    waiting = place(http, org.member_email, method="LINK")
+    reward_id = waiting["rewards"][0]["id"]
+    path = f"/dashboard/rewards/{reward_id}"
+    for client in (admin, member_client):
+        page = client.get(path)
+        assert page.status_code == 200
+        text = text_of(page.text)
+        assert f"Its order {waiting['id']} is pending approval" in text and "Order pending approval" in text
+        assert "available once its order is approved" in text
+        assert f"{path}/link" not in page.text and "Generate a new link" not in text
+        assert f"{path}/cancel" not in page.text and "can be canceled once" not in text
+    approved = post(admin, "/dashboard/approvals", f"/dashboard/approvals/{waiting['id']}/approve", {})
+    assert approved.status_code == 303, text_of(approved.text)[:500]
+    page = admin.get(path)
+    assert "pending approval" not in text_of(page.text) and f'action="{path}/link"' in page.text
+
+
 def test_another_orgs_order_is_not_found(admin, other_org, engine):
     with other_org.http() as other:
         order = place(other, other_org.member_email, method="LINK")

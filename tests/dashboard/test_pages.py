@@ -159,6 +159,53 @@ def test_forms_without_csrf_are_refused(admin, http, org):
     assert ok(http.get(f"/rewards/{reward_id}"))["reward"].get("redemption") is None
 
 
+def test_a_form_sent_from_another_site_is_refused(admin, http, org, engine, server):
+    """docs/redemption.md's CSRF rule on every dashboard POST: when the browser names an Origin,
+    it must be this host; a missing Origin, or "null" (what browsers send under no-referrer),
+    leaves the decision to the CSRF token."""
+    from tests.dashboard.test_order_links import token_count
+
+    reward_id = place(http, org.member_email, method="LINK")["rewards"][0]["id"]
+    path = f"/dashboard/rewards/{reward_id}"
+    before = token_count(engine, [reward_id])
+    port = server.url.rsplit(":", 1)[1]
+    for origin in ("http://evil.example", "https://evil.example", f"http://evil.example:{port}"):
+        token = csrf_of(admin.get(path).text)
+        response = admin.post(f"{path}/link", data={"csrf_token": token}, headers={"Origin": origin})
+        assert response.status_code == 403 and response.headers["content-type"].startswith("text/html")
+        assert "sent from another site" in text_of(response.text)
+    assert token_count(engine, [reward_id]) == before
+    for origin in (server.url, "null", None):
+        token = csrf_of(admin.get(path).text)
+        response = admin.post(f"{path}/link", data={"csrf_token": token},
+                              headers={"Origin": origin} if origin else {})
+        assert response.status_code == 303, text_of(response.text)
+    assert token_count(engine, [reward_id]) == before + 3
+    # The sign-in form too (no session yet): a foreign Origin is refused before anything is read.
+    with httpx.Client(base_url=server.url) as client:
+        token = csrf_of(client.get("/dashboard/signin").text)
+        response = client.post("/dashboard/signin", data={"csrf_token": token, "email": org.member_email},
+                               headers={"Origin": "http://evil.example"})
+        assert response.status_code == 403 and "sent from another site" in text_of(response.text)
+
+
+def test_a_filter_the_lists_cannot_read_is_a_400_naming_it(admin, http, org):
+    """An unknown status or a date that is no date is refused with the field's name, never
+    dropped (which listed every reward as if they matched)."""
+    place(http, org.member_email)
+    for path, words in (("/dashboard/rewards?status=BOGUS", 'Status: "BOGUS" is not one of'),
+                        ("/dashboard/rewards?delivery=nope", 'Delivery: "NOPE" is not one of'),
+                        ("/dashboard/rewards?from=2026-13-45", 'From: "2026-13-45" is not a date'),
+                        ("/dashboard/rewards?to=2026-02-30", 'To: "2026-02-30" is not a date'),
+                        ("/dashboard/rewards?from=2026-01-011", 'From: "2026-01-011" is not a date'),
+                        ("/dashboard/orders?from=yesterday", 'From: "yesterday" is not a date'),
+                        ("/dashboard/funding?to=31/12/2026", 'To: "31/12/2026" is not a date')):
+        response = admin.get(path)
+        assert response.status_code == 400, path
+        assert words in text_of(response.text), text_of(response.text)
+    assert admin.get("/dashboard/rewards?status=active&from=2020-01-01&to=2099-12-31").status_code == 200
+
+
 def test_send_one_reward_looks_like_an_api_order(admin, http, org):
     response = send_one(admin, {
         "name": "Recipient", "email": org.member_email, "amount": "25", "method": "EMAIL",
@@ -628,6 +675,21 @@ def test_campaign_create_edit_and_preview(admin, http):
     assert "frame-ancestors 'self'" in page.headers["content-security-policy"]
     email = admin.get("/dashboard/campaigns/preview/email", params={"email_subject_line": "Subject!"})
     assert email.status_code == 200 and "Alex Recipient" in email.text
+
+
+def test_a_refused_style_leaves_the_others_in_the_preview(admin):
+    """One value the API refuses (a colour named "red") is left out of the previews; the others
+    typed with it still show, and the editor's "Update preview" names the one left out."""
+    typed = {"products": GIFT_CARD_USD, "page_headline": "MYHEADLINE", "page_background_color": "red",
+             "email_subject_line": "MYSUBJECT", "email_button_color": "#12345"}
+    page = admin.get("/dashboard/campaigns/preview/page", params=typed)
+    assert page.status_code == 200 and "MYHEADLINE" in page.text and "--page-bg:red" not in page.text
+    email = admin.get("/dashboard/campaigns/preview/email", params=typed)
+    assert email.status_code == 200 and "MYSUBJECT" in email.text and "#12345" not in email.text
+    editor = text_of(admin.get("/dashboard/campaigns/new", params={**typed, "name": "Draft", "preview": "1"}).text)
+    assert "Left out of the previews" in editor
+    assert "Background colour: must be a hex colour" in editor and "Button colour: must be a hex colour" in editor
+    assert "Left out of the previews" not in text_of(admin.get("/dashboard/campaigns/new").text)
 
 
 @pytest.mark.parametrize("path", ["/dashboard/team", "/dashboard/developers"])

@@ -56,6 +56,10 @@ def test_report_form_shows_the_apis_errors(admin, http, other_org):
     assert response.status_code == 400 and "Smallest amount: must be a number" in text_of(response.text)
     response = ask(admin, **{"from": "2024-13-45"})
     assert response.status_code == 400 and "Created from: must be a date" in text_of(response.text)
+    response = ask(admin, status="bogus")  # never dropped into a report of all rewards
+    assert response.status_code == 400 and "Reward status: must be one of" in text_of(response.text)
+    response = ask(admin, status=["delivered", "bogus"])
+    assert response.status_code == 400 and "Reward status: must be one of" in text_of(response.text)
     response = ask(admin, amount_gte="80", amount_lte="50")
     assert response.status_code == 400
     assert "Largest amount: must be at least smallest amount" in text_of(response.text)

@@ -147,6 +147,8 @@ def test_pages_list_flagged_first_then_newest(admin, engine, org):
                 break
             before = reviews._parse_cursor(reviews._cursor_of(rows[-1]))
     assert seen == [last, first, released]
+    bogus = admin.get("/dashboard/reviews?status=bogus")  # refused, never the whole list
+    assert bogus.status_code == 400 and 'Status: "bogus" is not one of' in text_of(bogus.text)
     # Over HTTP: the pager's "Next page" link keeps the status filter.
     page = admin.get("/dashboard/reviews?status=flagged")
     assert "Next page" not in page.text and text_of(page.text).index(last) < text_of(page.text).index(first)

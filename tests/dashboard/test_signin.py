@@ -107,7 +107,10 @@ def test_next_is_honoured_for_local_paths_only(engine, server, org):
     mid = member_id(engine, org.id, org.member_email)
     for asked, lands in (("/dashboard/rewards?status=ACTIVE", "/dashboard/rewards?status=ACTIVE"),
                          ("https://evil.example/dashboard", "/dashboard"), ("//evil.example/x", "/dashboard"),
-                         ("/api/v2/orders", "/dashboard")):
+                         ("/api/v2/orders", "/dashboard"), ("/dashboard//evil.example", "/dashboard"),
+                         ("/dashboard/../evil", "/dashboard"), ("/dashboard/%2e%2e/evil", "/dashboard"),
+                         ("/dashboardevil", "/dashboard"), ("/dashboard/rewards?next=//evil.example", "/dashboard"),
+                         ("/dashboard?status=ACTIVE", "/dashboard?status=ACTIVE"), ("/dashboard", "/dashboard")):
         with db.write(engine) as conn:
             token = signin.issue_token(conn, member_id=mid, organization_id=org.id, next_path=asked)
         with page_client(server.url) as client:

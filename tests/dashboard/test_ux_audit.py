@@ -18,6 +18,25 @@ def send(client, org, amount: str, **extra):
         "products": GIFT_CARD_USD, **extra})
 
 
+def test_a_problem_is_tied_to_its_field(admin, http, org):
+    """A problem shown on a form names its control: the control is aria-invalid and described
+    by the message (the shared rendering: every dashboard form's controls)."""
+    response = send(admin, org, "25,50")
+    assert response.status_code == 400
+    message = re.search(r'<li id="(error-\d+)">Amount: use a dot for decimals: 25.50</li>', response.text)
+    assert message, response.text
+    amount = re.search(r'<input id="amount" name="amount"[^>]*>', response.text).group(0)
+    assert 'aria-invalid="true"' in amount and f'aria-describedby="{message.group(1)}"' in amount
+    name = re.search(r'<input id="name" name="name"[^>]*>', response.text).group(0)
+    assert "aria-invalid" not in name and "aria-describedby" not in name
+    currency = re.search(r'<select id="currency" name="currency"[^>]*>', response.text).group(0)
+    assert 'aria-describedby="currency-hint"' in currency  # its own hint stays
+    report = post(admin, "/dashboard/reports", "/dashboard/reports", {"amount_lte": "7,5"})
+    assert report.status_code == 400 and '<p class="error" role="alert" id="error-1">' in report.text
+    largest = re.search(r'<input id="report-max" name="amount_lte"[^>]*>', report.text).group(0)
+    assert 'aria-invalid="true" aria-describedby="error-1"' in largest
+
+
 def test_an_amount_with_a_decimal_comma_is_refused_not_multiplied(admin, http, org):
     before = ok(http.get("/orders"))["total_count"]
     for typed, fix in (("7,5", "7.50"), ("25,50", "25.50"), ("1.000,50", "1000.50")):

@@ -27,7 +27,7 @@ from datetime import UTC, timedelta
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from sqlalchemy import Connection, Engine, and_, select, update
 
@@ -60,11 +60,20 @@ def hash_secret(value: str) -> str:
 
 
 def local_path(value: str | None) -> str | None:
-    """value if it is a path of the dashboard on this site, else None (no open redirect)."""
-    if not value or len(value) > 500 or "\\" in value or any(ord(c) < 32 for c in value):
+    """value if it is a path of the dashboard on this site, else None (no open redirect): only
+    "/dashboard", "/dashboard/..." or "/dashboard?...", with no scheme or host, no "//"
+    anywhere, no backslash, no control character and no ".." segment (nor its percent-encoded
+    forms, which browsers resolve as "..")."""
+    if (not value or len(value) > 500 or "\\" in value or "//" in value
+            or any(ord(c) < 32 or ord(c) == 127 for c in value)):
         return None
     parts = urlsplit(value)
-    if parts.scheme or parts.netloc or not parts.path.startswith("/dashboard") or value.startswith("//"):
+    if parts.scheme or parts.netloc:
+        return None
+    if parts.path != "/dashboard" and not parts.path.startswith("/dashboard/"):
+        return None
+    decoded = unquote(parts.path)
+    if "\\" in decoded or "//" in decoded or ".." in decoded.split("/"):
         return None
     return value
 

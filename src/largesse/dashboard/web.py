@@ -3,8 +3,9 @@
 A page handler is a plain function `handler(ctx, **path_params) -> Response`, run in the
 thread pool. route() collects the body of a POST on the event loop (within forms' size
 limits) and, in the thread pool: resolves the viewer through access.viewer() with the action
-the route needs, parses the form (within forms' field limits: else 400/413 with the message
-page), checks its CSRF token, and turns access's exceptions into the sign-in redirect, the 403
+the route needs, refuses a POST whose browser names another site as its Origin (403, as the
+redemption pages: forms_limits.same_origin), parses the form (within forms' field limits: else
+400/413 with the message page), checks its CSRF token, and turns access's exceptions into the sign-in redirect, the 403
 page and the 404 page. Handlers parse, call a service, render: rules live in the services.
 """
 
@@ -24,6 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import jinja2
 from cryptography.fernet import Fernet, InvalidToken
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -97,12 +99,35 @@ def campaign_labels(rows) -> dict[str, str]:
     return labels
 
 
+def _page_messages(context) -> list[str]:
+    """The problems a page shows about its form: `errors` (a list, _errors.html) or one `error`."""
+    errors = context.get("errors") or []
+    if errors:
+        return [str(e) for e in errors]
+    error = context.get("error")
+    return [str(error)] if error else []
+
+
+@jinja2.pass_context
+def invalid(context, label: str, *hints: str) -> Markup:
+    """The attributes that tie a form control to the page's messages about it, for every form:
+    aria-invalid="true" and aria-describedby naming each message (ids error-1, error-2, ... in
+    the page's order, as _errors.html gives them) that starts with the control's label, as the
+    problems are worded ("Amount: use a dot for decimals: 25.50", bulk.in_words); `hints`: the
+    control's own descriptions, named first. Without a problem: only the hints."""
+    ids = [f"error-{i}" for i, text in enumerate(_page_messages(context), 1) if text.startswith(f"{label}:")]
+    described = " ".join([*hints, *ids])
+    attrs = Markup(' aria-invalid="true"') if ids else Markup("")
+    return attrs + (Markup(' aria-describedby="{}"').format(described) if described else Markup(""))
+
+
 TEMPLATES.filters["money"] = money
 TEMPLATES.filters["wire_money"] = wire_money
 TEMPLATES.filters["when"] = when
 TEMPLATES.filters["category_name"] = category_name
 TEMPLATES.filters["number"] = number
 TEMPLATES.globals["campaign_names"] = campaign_labels
+TEMPLATES.globals["invalid"] = invalid
 
 
 @functools.lru_cache(maxsize=8)
@@ -217,6 +242,8 @@ def _run(handler, request: Request, body: bytes | forms_limits.FormRefused | Non
             ctx.viewer = access.viewer(state.engine, request.cookies.get(signin.COOKIE), action=action,
                                        environment=state.settings.environment)
         if body is not None:
+            if not forms_limits.same_origin(request):  # the recipient pages' rule: a named Origin is this host
+                return _foreign(ctx)
             if fresh:
                 return _expired(ctx)
             try:
@@ -246,6 +273,17 @@ def _run(handler, request: Request, body: bytes | forms_limits.FormRefused | Non
         if db.is_unavailable(exc):
             return ctx.message(503, "Try again in a moment", "The database is not reachable right now.")
         raise
+
+
+def _foreign(ctx: Ctx) -> HTMLResponse:
+    return ctx.message(403, "Not sent from this site", "The form was sent from another site, so nothing was "
+                       "changed. Open the dashboard at this address and send it from there.")
+
+
+def bad_filter(label: str, value: str, expected: str) -> forms_limits.FormRefused:
+    """A list's filter that cannot be applied (an unknown status, a date that is no date), to
+    raise: the 400 message page naming it, never the list without it (as if all matched)."""
+    return forms_limits.FormRefused(400, f'{label}: "{value}" {expected}.')
 
 
 def _expired(ctx: Ctx) -> HTMLResponse:

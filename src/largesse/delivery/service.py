@@ -205,9 +205,10 @@ def _pending_refusal(what: str, order_status: str) -> Forbidden | None:
     return None
 
 
-def _link_refusal(reward, *, order_status: str, now) -> Forbidden | None:
+def link_refusal(reward, *, order_status: str, now) -> Forbidden | None:
     """Why no link may be issued for this reward now, or None: the one rule of generate_link
-    and generate_order_links. LINK rewards only, not while the order waits for approval, not
+    and generate_order_links, and of the dashboard's reward page, which offers "Generate a new
+    link" only when it is None. LINK rewards only, not while the order waits for approval, not
     canceled or expired ones (403 again: their link could only say so, 410); a redeemed
     reward's link still shows the payout."""
     if reward.delivery_method != "LINK":
@@ -228,7 +229,7 @@ def generate_link(engine: Engine, settings: Settings, *, org: str, reward_id: st
     create response may already be in the recipient's hands (docs/delivery.md)."""
     with db.write(engine) as conn:
         reward = _reward_or_404(conn, org, reward_id)
-        refusal = _link_refusal(reward, order_status=_order_status(conn, reward.order_id), now=utcnow())
+        refusal = link_refusal(reward, order_status=_order_status(conn, reward.order_id), now=utcnow())
         if refusal is not None:
             raise refusal
         token = tokens.issue(conn, reward_id)
@@ -238,7 +239,7 @@ def generate_link(engine: Engine, settings: Settings, *, org: str, reward_id: st
 def generate_order_links(engine: Engine, settings: Settings, *, org: str, order_id: str) -> list[tuple]:
     """A fresh redemption link for every ACTIVE LINK reward of an order, in one transaction:
     [(reward row, link)] in the order's reward order. generate_link's rule for each reward
-    (_link_refusal): the whole order is refused while it waits for approval; canceled and
+    (link_refusal): the whole order is refused while it waits for approval; canceled and
     expired rewards are left out, and so are redeemed ones (their recipient already used a
     link; generate_link still gives one on request). Earlier links stay valid; only the new
     tokens' hashes are stored. 403 when no reward qualifies."""
@@ -251,7 +252,7 @@ def generate_order_links(engine: Engine, settings: Settings, *, org: str, order_
         found = conn.execute(select(rewards).where(rewards.c.order_id == order.id, rewards.c.delivery_method == "LINK")
                              .order_by(rewards.c.created_at, rewards.c.id)).all()
         chosen = [r for r in found
-                  if r.status != "REDEEMED" and _link_refusal(r, order_status=order.status, now=now) is None]
+                  if r.status != "REDEEMED" and link_refusal(r, order_status=order.status, now=now) is None]
         if not chosen:
             raise Forbidden(f"Order {order_id} has no active LINK reward; there is no link to issue",
                             {"id": ["has no active LINK reward"]})

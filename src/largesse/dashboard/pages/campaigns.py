@@ -17,7 +17,7 @@ from starlette.responses import HTMLResponse
 
 from largesse import db
 from largesse.campaigns import service as campaigns_service
-from largesse.campaigns.endpoints import CreateCampaignIn, UpdateCampaignIn
+from largesse.campaigns.endpoints import CreateCampaignIn, EmailStyle, UpdateCampaignIn, WebpageStyle
 from largesse.campaigns.models import campaigns
 from largesse.catalog import service as catalog
 from largesse.dashboard import access, bulk, forms
@@ -99,7 +99,10 @@ def _placeholder_warnings(typed: dict, labels: list[str]) -> list[str]:
     return out
 
 
-def _editor(ctx, typed: dict, *, campaign=None, status: int = 200, errors: list[str] | None = None):
+def _editor(ctx, typed: dict, *, campaign=None, status: int = 200, errors: list[str] | None = None,
+            previewed: bool = False):
+    # "Update preview" (a GET of the typed values): the values the previews leave out, named.
+    preview_problems = _checked_styles(typed)[2] if previewed else []
     with db.read(ctx.engine) as conn:
         products = catalog.list_active(conn)
         labels = [f.label for f in fields_service.list_for(conn, ctx.viewer.organization_id)]
@@ -107,7 +110,8 @@ def _editor(ctx, typed: dict, *, campaign=None, status: int = 200, errors: list[
                       title=f"Campaign {campaign.name}" if campaign else "New campaign", campaign=campaign,
                       typed=typed, products=products, errors=errors or [], preview_query=_preview_query(typed),
                       notice="Campaign saved." if ctx.arg("done", max_length=10) == "saved" else None,
-                      placeholder_warnings=_placeholder_warnings(typed, labels), labels=labels)
+                      placeholder_warnings=_placeholder_warnings(typed, labels), labels=labels,
+                      preview_problems=preview_problems)
 
 
 @route(router, "GET", "/campaigns")
@@ -119,7 +123,7 @@ def list_campaigns(ctx):
 
 @route(router, "GET", "/campaigns/new", action="admin")
 def new_campaign(ctx):
-    return _editor(ctx, _typed(ctx.query) if ctx.query else _from_row_empty())
+    return _editor(ctx, _typed(ctx.query) if ctx.query else _from_row_empty(), previewed=bool(ctx.query))
 
 
 def _from_row_empty() -> dict:
@@ -165,8 +169,8 @@ def create_campaign(ctx):
 def edit_campaign(ctx, campaign_id: str):
     with db.read(ctx.engine) as conn:
         row = access.owned(conn, ctx.viewer, campaigns, campaign_id)
-    typed = _typed(ctx.query) if ctx.arg("preview") else _from_row(row)
-    return _editor(ctx, typed, campaign=row)
+    previewed = bool(ctx.arg("preview"))
+    return _editor(ctx, _typed(ctx.query) if previewed else _from_row(row), campaign=row, previewed=previewed)
 
 
 @route(router, "POST", "/campaigns/{campaign_id}", action="admin")
@@ -191,15 +195,37 @@ def save_campaign(ctx, campaign_id: str):
 
 # --- previews (framed by the editing page) -------------------------------------------------------
 
+def _checked_style(name: str, model, given: dict) -> tuple[dict, list[tuple[tuple, str]]]:
+    """The values of one typed style that the API's own model (WebpageStyle, EmailStyle, as
+    CreateCampaignIn reads them) accepts, and the problems of those it refuses: a value refused
+    is left out (its default shows), never the others with it."""
+    problems: list[tuple[tuple, str]] = []
+    while given:
+        try:
+            return model.model_validate(given).model_dump(exclude_none=True, mode="json"), problems
+        except ValidationError as exc:
+            found = [(loc, message) for loc, message in bulk.pydantic_locs(exc) if loc and loc[0] in given]
+            if not found:  # not a value's own problem: nothing typed is kept
+                return {}, problems + [((name, *loc), message) for loc, message in bulk.pydantic_locs(exc)]
+            problems += [((name, *loc), message) for loc, message in found]
+            given = {k: v for k, v in given.items() if k not in {loc[0] for loc, _ in found}}
+    return {}, problems
+
+
+def _checked_styles(typed: dict) -> tuple[dict, dict, list[str]]:
+    """(page style, email style, problems in the form's words) of the typed campaign."""
+    body = _body(typed)
+    page, page_problems = _checked_style("webpage_style", WebpageStyle, body.get("webpage_style") or {})
+    email, email_problems = _checked_style("email_style", EmailStyle, body.get("email_style") or {})
+    return page, email, bulk.describe(page_problems + email_problems, labels=bulk.CAMPAIGN_LABELS)
+
+
 def _styles(ctx) -> tuple[dict, dict, list[str]]:
-    """The typed styles, kept only if the API would accept them (else the defaults show)."""
+    """The typed styles for the previews: each value the API would accept; a refused one is
+    left out (its default shows) and named on the editor (_editor's preview_problems)."""
     typed = _typed(ctx.query)
-    body = _body({**typed, "name": "preview"})
-    try:
-        checked = CreateCampaignIn.model_validate(body).model_dump(exclude_none=True, mode="json")
-    except ValidationError:
-        checked = {}
-    return checked.get("webpage_style") or {}, checked.get("email_style") or {}, typed["products"]
+    page, email, _ = _checked_styles(typed)
+    return page, email, typed["products"]
 
 
 def _framed(html: str, csp: str) -> HTMLResponse:

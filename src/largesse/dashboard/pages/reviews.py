@@ -17,7 +17,7 @@ from sqlalchemy import and_, case, func, or_, select
 from largesse import db
 from largesse.catalog.models import products
 from largesse.dashboard import access
-from largesse.dashboard.web import route
+from largesse.dashboard.web import bad_filter, route
 from largesse.errors import ApiError
 from largesse.fraud import reviews
 from largesse.fraud.models import fraud_reviews
@@ -96,8 +96,9 @@ def _notice(ctx) -> str | None:
 
 def _list(ctx, status_code: int = 200, *, error: str | None = None):
     org = ctx.viewer.organization_id
-    status = ctx.arg("status", max_length=10).lower()
-    status = status if status in REVIEW_STATUSES else ""
+    status = ctx.arg("status", max_length=40).lower()
+    if status and status not in REVIEW_STATUSES:  # never the whole list as if it matched
+        raise bad_filter("Status", status, "is not one of " + ", ".join(REVIEW_STATUSES))
     with db.read(ctx.engine) as conn:
         rows, more = page_reviews(conn, org, status=status or None, before=_parse_cursor(
             ctx.arg("before", max_length=100)), limit=PAGE_SIZE)

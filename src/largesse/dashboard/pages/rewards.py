@@ -19,14 +19,14 @@ from largesse.catalog import service as catalog
 from largesse.dashboard import access
 from largesse.dashboard.pages import approvals as approvals_page
 from largesse.dashboard.pages import reviews as reviews_page
-from largesse.dashboard.web import route
+from largesse.dashboard.web import bad_filter, route
 from largesse.delivery import service as delivery
 from largesse.errors import ApiError
 from largesse.fields import service as fields_service
 from largesse.fraud import service as fraud
 from largesse.money import amount_in
 from largesse.orders import browse, lifecycle
-from largesse.orders.models import orders, rewards
+from largesse.orders.models import PENDING_APPROVAL, orders, rewards
 from largesse.redemption import service as redemption
 from largesse.spreadsheet import safe_cell
 from largesse.timeutil import utcnow
@@ -35,11 +35,13 @@ router = APIRouter()
 PAGE_SIZE = 25
 
 
-def _day(value: str) -> datetime | None:
-    try:
-        return datetime.combine(date.fromisoformat(value), datetime.min.time()) if value else None
-    except ValueError:
+def _day(label: str, value: str) -> datetime | None:
+    if not value:
         return None
+    try:
+        return datetime.combine(date.fromisoformat(value), datetime.min.time())
+    except ValueError:
+        raise bad_filter(label, value, "is not a date; use YYYY-MM-DD, e.g. 2026-01-31") from None
 
 
 def _before(ctx):
@@ -59,8 +61,8 @@ def _pager(ctx, next_cursor: str | None) -> dict:
 
 
 def _date_range(ctx) -> tuple[datetime | None, datetime | None, str, str]:
-    start, end = ctx.arg("from", max_length=10), ctx.arg("to", max_length=10)
-    gte, to = _day(start), _day(end)
+    start, end = ctx.arg("from", max_length=40), ctx.arg("to", max_length=40)
+    gte, to = _day("From", start), _day("To", end)
     # The whole of the `to` day: before the next day (9999-12-31 has none: its last moment).
     lt = (to + timedelta(days=1) if to < datetime.max - timedelta(days=1) else datetime.max) if to else None
     return gte, lt, start if gte else "", end if to else ""
@@ -133,12 +135,15 @@ def download_links(ctx, order_id: str):
 def list_rewards(ctx):
     org = ctx.viewer.organization_id
     gte, lt, start, end = _date_range(ctx)
-    status = ctx.arg("status", max_length=10).upper()
-    delivery_status = ctx.arg("delivery", max_length=10).upper()
+    status = ctx.arg("status", max_length=40).upper()
+    delivery_status = ctx.arg("delivery", max_length=40).upper()
+    for label, given, known in (("Status", status, browse.REWARD_STATUSES),
+                                ("Delivery", delivery_status, browse.DELIVERY_STATUSES)):
+        if given and given not in known:
+            raise bad_filter(label, given, "is not one of " + ", ".join(s.title() for s in known))
     label, value = ctx.arg("field", max_length=100), ctx.arg("value", max_length=1000)
     flt = browse.RewardFilter(
-        status=status if status in browse.REWARD_STATUSES else None,
-        delivery_status=delivery_status if delivery_status in browse.DELIVERY_STATUSES else None,
+        status=status or None, delivery_status=delivery_status or None,
         campaign_id=ctx.arg("campaign", max_length=20) or None, created_gte=gte, created_lt=lt,
         fields=[(label, value)] if label and value else [],
         recipient_email=ctx.arg("recipient", max_length=320) or None)
@@ -183,8 +188,11 @@ def _show_reward(ctx, reward_id: str, *, status: int = 200, error: str | None = 
         product = (catalog.get_many_cached(conn, [history.payout.product_id]).get(history.payout.product_id)
                    if history.payout else None)
     cancelable = delivery.cancelable(reward, order_status=order_status, any_delivery=ctx.settings.cancel_any_unredeemed)
+    # The services' rules for what the page offers: no link while the order waits for approval
+    # (generate_link's own refusal), no cancel then either (rejecting the order refunds it).
+    linkable = delivery.link_refusal(reward, order_status=order_status, now=now) is None
     return ctx.render("reward.html", status, title=f"Reward {reward.id}", reward=reward, status_now=status_now,
-                      history=history,
+                      history=history, order_waiting=order_status == PENDING_APPROVAL, linkable=linkable,
                       values=values, error=error, notice=notice, link=link, cancelable=cancelable,
                       resendable=delivery.resendable(reward), resend_email=resend_email, review=review,
                       link_state=link_state, payout_product=product.name if product else None)
