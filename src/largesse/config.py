@@ -193,8 +193,13 @@ class Settings:
         )
 
 
+def _digits(raw: str) -> bool:
+    """ASCII digits only: str.isdigit takes "²" and "١", which int() refuses or reads."""
+    return raw.isascii() and raw.isdigit()
+
+
 def _niceness(raw: str) -> int:
-    if not raw.isdigit() or int(raw) > 19:
+    if not _digits(raw) or int(raw) > 19:
         raise ValueError(f"LARGESSE_DELIVERY_NICE must be a niceness from 0 to 19, not {raw!r}")
     return int(raw)
 
@@ -204,7 +209,7 @@ def _default_db_concurrency() -> int:
 
 
 def _days(raw: str, name: str) -> int:
-    if not raw.isdigit():
+    if not _digits(raw):
         raise ValueError(f"LARGESSE_{name} must be a whole number of days (0: never), not {raw!r}")
     return int(raw)
 
@@ -213,7 +218,7 @@ MAX_THREADS_OR_PROCESSES = 256  # as `serve --workers`: more on one host only st
 
 
 def _count(raw: str, name: str, minimum: int, maximum: int | None = None) -> int:
-    if not raw.isdigit() or int(raw) < minimum or (maximum is not None and int(raw) > maximum):
+    if not _digits(raw) or int(raw) < minimum or (maximum is not None and int(raw) > maximum):
         bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
         raise ValueError(f"LARGESSE_{name} must be a whole number {bounds}, not {raw!r}")
     return int(raw)
@@ -276,7 +281,7 @@ MAX_EXPIRY_DAYS = 3650
 
 def _expiry_days(raw: str) -> int:
     """Days from 1 to MAX_EXPIRY_DAYS, or 0: never (as unset)."""
-    if not raw.isdigit() or not 0 <= int(raw) <= MAX_EXPIRY_DAYS:
+    if not _digits(raw) or not 0 <= int(raw) <= MAX_EXPIRY_DAYS:
         raise ValueError(f"LARGESSE_REWARD_EXPIRY_DAYS must be a number of days from 1 to {MAX_EXPIRY_DAYS} "
                          f"(unset or 0: rewards never expire), not {raw!r}")
     return int(raw)

@@ -139,3 +139,11 @@ def test_funding_forms_without_csrf_are_refused(admin, http, org):
     assert admin.post("/dashboard/funding/topups", data={"idempotency_key": "k", "source": org.funding_source_id,
                                                          "amount": "10"}).status_code == 403
     assert ok(http.get("/invoices"))["total_count"] == 0 and ok(http.get("/topups"))["total_count"] == 0
+
+
+def test_a_superscript_digit_in_a_paging_parameter_is_no_page(admin):
+    """"²" is a digit to str.isdigit and not to int(): the funding ledger's `before` and the
+    invoices' and top-ups' `offset` answered 500."""
+    for path in ("/dashboard/funding?before=%C2%B2", "/dashboard/funding/invoices?offset=%C2%B2",
+                 "/dashboard/funding/topups?offset=%C2%B2"):
+        assert admin.get(path).status_code == 200, path

@@ -156,6 +156,8 @@ def test_forms_without_csrf_are_refused(admin, http, org):
     assert response.status_code == 403 and "Please try again" in text_of(response.text)
     response = admin.post(f"/dashboard/rewards/{reward_id}/cancel", data={"csrf_token": "0" * 64})
     assert response.status_code == 403
+    response = admin.post(f"/dashboard/rewards/{reward_id}/cancel", data={"csrf_token": "é"})  # was a 500
+    assert response.status_code == 403 and "Please try again" in text_of(response.text)
     assert ok(http.get(f"/rewards/{reward_id}"))["reward"].get("redemption") is None
 
 

@@ -61,7 +61,7 @@ def csrf_token(key: bytes, token_hash: str, nonce: str) -> str:
 
 
 def csrf_ok(key: bytes, token_hash: str, nonce: str | None, submitted: str | None) -> bool:
-    if not valid_nonce(nonce) or not submitted:
+    if not valid_nonce(nonce) or not submitted or not submitted.isascii():  # compare_digest raises on non-ASCII
         return False
     return hmac.compare_digest(csrf_token(key, token_hash, nonce), submitted)
 

@@ -21,7 +21,7 @@ def ledger(ctx):
     with db.read(ctx.engine) as conn:
         balances = funding.list_for(conn, org)
         rows = funding.balance_transactions(conn, org, offset=0, limit=PAGE_SIZE + 1, created_gte=gte,
-                                            created_lte=lt, before_id=int(before) if before.isdigit() else None)
+                                            created_lte=lt, before_id=int(before) if before.isascii() and before.isdigit() else None)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     return ctx.render("funding.html", title="Funding", balances=balances, rows=rows,
