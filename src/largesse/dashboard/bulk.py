@@ -15,6 +15,7 @@ import csv
 import hashlib
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -26,6 +27,7 @@ from largesse.dashboard.models import uploads
 from largesse.orders.schemas import CreateOrderIn, PaymentIn, RewardIn
 
 MAX_ROWS = 5000  # a dashboard upload is one order; the API caps a request body at 500 rewards
+MAX_COLUMNS = 1000  # name, email, amount, products and custom fields (at most 100 a reward), with room to spare
 REQUIRED_COLUMNS = ("name", "email", "amount")
 
 
@@ -207,8 +209,11 @@ def read_csv(content: bytes, fields: list) -> Sheet:
         return Sheet([], ["The file is empty."], [])
     except csv.Error as exc:
         return Sheet([], [f"The file is not valid CSV: {exc}."], [])
+    if len(header) > MAX_COLUMNS:  # 130,000 empty columns fit the upload limit
+        return Sheet([], [f"The header row has {len(header):,} columns, more than {MAX_COLUMNS:,}; keep the "
+                          "columns of the rewards (name, email, amount and custom fields)."], [])
     lower = [h.lower() for h in header]
-    repeated = sorted({h for h in lower if h and lower.count(h) > 1})
+    repeated = sorted(h for h, n in Counter(lower).items() if h and n > 1)  # lower.count per column: quadratic
     if repeated:  # which of the columns holds the value? Refused, never guessed
         return Sheet([], [f"The header row names {', '.join(repeated)} more than once; keep one column of each."],
                      [])
