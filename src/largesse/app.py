@@ -111,11 +111,20 @@ def _read_as_json(scope) -> None:
 
 
 async def _too_large(scope):
-    """413: the error body, or for a dashboard page (a CSV upload) a page that says what to do.
-    An API write's key is checked first, as for every other refusal (install_error_handlers:
-    auth_first): an unknown key gets its 401, a read-only one its 403, not the size limit."""
+    """413: the error body, or for a human's page (a dashboard CSV upload, a recipient's choice,
+    a connected member's sign-in) a page that says what to do. An API write's key is checked
+    first, as for every other refusal (install_error_handlers: auth_first): an unknown key gets
+    its 401, a read-only one its 403, not the size limit."""
     if scope["path"].startswith("/dashboard/"):
         from largesse.dashboard.web import too_large_page
+
+        return too_large_page()
+    if scope["path"].startswith("/redeem/"):
+        from largesse.redemption.endpoints import too_large_page
+
+        return too_large_page()
+    if scope["path"].startswith("/connect/"):
+        from largesse.connected.pages import too_large_page
 
         return too_large_page()
     if scope["path"].startswith(API_PREFIX + "/"):

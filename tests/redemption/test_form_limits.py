@@ -51,6 +51,9 @@ def test_a_redemption_form_with_too_many_fields_is_a_400_page(org, error_logs):
         assert "Acme" in refused.text  # the sender's page, as the link's other refusals
         _html(client.post(link, data={"csrf_token": token, "product_id": "x" * endpoints.MAX_FORM_BYTES}),
               413, "The form was too large")
+        # Over the server's own limit (1 MB, refused before any route): the page too, not the API's JSON.
+        _html(client.post(link, data={"csrf_token": token, "product_id": "x" * 3_000_000}),
+              413, "The form was too large")
         # Nothing was spent: the same form, within the limits, redeems.
         done = client.post(link, data={"csrf_token": token, "product_id": GIFT_CARD})
         assert done.status_code == 303, done.text
@@ -67,6 +70,8 @@ def test_a_connect_form_with_too_many_fields_is_a_400_page(org, api, error_logs)
         crowded = {"csrf_token": token, **{f"f{i}": "1" for i in range(connect_pages.MAX_FIELDS)}}
         _html(browser.post(action, data=crowded), 400, "The sign-in form could not be read")
         _html(browser.post(action, data={"csrf_token": token, "x": "x" * connect_pages.MAX_FORM_BYTES}),
+              413, "The sign-in form was too large")
+        _html(browser.post(action, data={"csrf_token": token, "x": "x" * 3_000_000}),
               413, "The sign-in form was too large")
         _html(browser.post("/connect/not-a-real-token", data=crowded), 400, "The sign-in form could not be read")
         # The link was not spent: within the limits it signs in.

@@ -84,6 +84,11 @@ def not_found_page(request: Request, status: int = 404) -> HTMLResponse:
     return response
 
 
+def too_large_page() -> HTMLResponse:
+    """413 for a body over the server's limit (app.RequestGuard), before any route."""
+    return _message("too_large")
+
+
 def _csrf_key(request: Request) -> bytes:
     state = request.app.state
     if getattr(state, "connect_csrf_key", None) is None:

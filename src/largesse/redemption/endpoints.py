@@ -96,6 +96,12 @@ def _message(status: int, key=None, *, page: service.Page | None = None, token: 
                    title=title, text=text, page=page, token=token if key == "already_redeemed" else None)
 
 
+def too_large_page() -> HTMLResponse:
+    """413 for a body over the server's limit (app.RequestGuard), before any route: the page, not
+    the API's JSON."""
+    return _message(413)
+
+
 def _rate_limited(request: Request, token: str, *, post: bool) -> HTMLResponse | None:
     limits = _limits(request)
     digest = tokens.hash_token(token)[:32]
