@@ -159,6 +159,8 @@ def test_auto_add_rule_codes_are_kept_upper_case(http):
     {"products": [GIFT_CARD_USD]},
     {"name": "C"},
     {"name": "", "products": [GIFT_CARD_USD]},
+    {"name": " ", "products": [GIFT_CARD_USD]},  # a blank name names nothing in a list or a picker
+    {"name": "\n", "products": [GIFT_CARD_USD]},
     {"name": 5, "products": [GIFT_CARD_USD]},
     {"name": "C", "products": GIFT_CARD_USD},
     {"name": "C", "products": [GIFT_CARD_USD], "fee_charged_to": "NOBODY"},
@@ -166,6 +168,11 @@ def test_auto_add_rule_codes_are_kept_upper_case(http):
 ])
 def test_invalid_create_is_422(http, body):
     error(http.post("/campaigns", json=body), 422)
+    assert ok(http.get("/campaigns"))["campaigns"] == []
+    if isinstance(body.get("name"), str) and not body["name"].strip():  # a PUT of it changes nothing
+        campaign = make_campaign(http)
+        error(http.put(f"/campaigns/{campaign['id']}", json={"name": body["name"]}), 422)
+        assert ok(http.get(f"/campaigns/{campaign['id']}"))["campaign"] == campaign
 
 
 RULE = {"enabled": True, "countries": ["US"], "currencies": ["USD"]}

@@ -103,7 +103,15 @@ def _check_fee_free(fee_charged_to: str, products: dict) -> None:
                             {"products": ["must include a fee-free product when fee_charged_to is RECIPIENT"]})
 
 
+def _check_name(values: dict) -> None:
+    """A name of spaces or line breaks names nothing in a list or a picker (422, as null)."""
+    name = values.get("name")
+    if isinstance(name, str) and not name.strip():
+        raise Unprocessable("name can't be blank", {"name": ["can't be blank"]})
+
+
 def create(conn: Connection, organization_id: str, values: dict):
+    _check_name(values)
     _check_rule(conn, values)
     products, known = resolve_products(conn, values["products"])
     fee_charged_to = values.get("fee_charged_to") or "SENDER"
@@ -134,6 +142,7 @@ def update(conn: Connection, organization_id: str, campaign_id: str, changes: di
         if key in changes and changes[key] is None:
             raise Unprocessable(f"{key} can't be null", {key: ["can't be null"]})
     changes = {k: v for k, v in changes.items() if v is not None or k in NULLABLE}
+    _check_name(changes)
     _check_rule(conn, changes)
     values = {k: v for k, v in changes.items() if k in campaigns.c}
     if "products" in values:
