@@ -190,6 +190,22 @@ def test_required_field_must_be_present(org, http):
     place(http, org.member_email, custom_fields=[{"id": field["id"], "value": "Sales"}])
 
 
+def test_a_null_value_gives_an_optional_field_none_and_a_required_one_is_400(org, http):
+    """The Node client declares `custom_fields[].value?: string | null` and sends the null it is
+    given; it was a 400 'Input should be a valid string' whatever the field."""
+    optional = make_field(http, data_type="Text", options=None)
+    order = place(http, org.member_email, custom_fields=[{"id": optional["id"], "value": None}])
+    assert order["rewards"][0]["custom_fields"] == []
+    required = make_field(http, data_type="Text", options=None, required=True)
+    before = snapshot(http)
+    body = order_body(org.member_email, custom_fields=[{"id": required["id"], "value": None}])
+    errors = error(http.post("/orders", json=body), 400)
+    assert "value" in errors["payload"]["reward"]["custom_fields"]["0"], errors
+    body = order_body(org.member_email, custom_fields=[{"id": required["id"]}])  # the key is still required
+    assert "value" in error(http.post("/orders", json=body), 400)["payload"]["reward"]["custom_fields"]["0"]
+    assert snapshot(http) == before
+
+
 def test_required_text_field_must_not_be_blank(org, http):
     field = make_field(http, data_type="Text", options=None, required=True)
     before = snapshot(http)

@@ -54,7 +54,9 @@ class DeliveryIn(Wire):
 
 class CustomFieldIn(Wire):
     id: Id
-    value: Text(1000)
+    # The key is required; null (the Node client's `value?: string | null`) gives the field no
+    # value on this reward, which a required field refuses (orders.service._field_values).
+    value: Text(1000) | None
 
 
 class RewardIn(Wire):

@@ -574,6 +574,10 @@ def _field_values(errors: _Errors, loc: tuple, r: RewardIn, org_fields: dict) ->
             errors.add(here + ("id",), "is given more than once")
             continue
         seen.add(cf.id)
+        if cf.value is None:  # no value for this field on this reward
+            if field_row.required:
+                errors.add(here + ("value",), f"is required: {field_row.label!r} is a required field")
+            continue
         problem = fields_service.check_value(field_row, cf.value)
         if problem:
             errors.add(here + ("value",), problem)
