@@ -43,6 +43,7 @@ EMPTY_LIST = f"{NEEDS_ENTRY} (delete the rule instead)"
 PERIODS = ("7", "30", "90", "120", "365", "all_time")
 MAX_LIST = 50_000
 MAX_AMOUNT_CENTS = 10**13
+MAX_COUNT = 10**9  # rewards in a period: more than any organization sends
 
 DOMAIN = email_address.DOMAIN  # the domains of review_email: those an address may have
 
@@ -175,8 +176,10 @@ def validate(rule_type: str, config: Any) -> dict:
         amount = config.get("amount")
         if isinstance(amount, Decimal) and amount == amount.to_integral_value():
             amount = int(amount)  # 5.0 is 5
-        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1 or amount > 10**9:
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
             raise problem((*where, "amount"), "must be a whole number of at least 1")
+        if amount > MAX_COUNT:
+            raise problem((*where, "amount"), f"is too large (at most {MAX_COUNT:,})")
         return {"amount": amount, "period": _period(config, where)}
     if rule_type == REVIEW_AMOUNT:
         amount = config.get("amount")
@@ -186,8 +189,10 @@ def validate(rule_type: str, config: Any) -> dict:
             cents = to_cents(amount)
         except MoneyError as exc:
             raise problem((*where, "amount"), str(exc)) from None
-        if cents < 100 or cents > MAX_AMOUNT_CENTS:
+        if cents < 100:
             raise problem((*where, "amount"), "must be at least 1")
+        if cents > MAX_AMOUNT_CENTS:
+            raise problem((*where, "amount"), "is too large")
         return {"amount_cents": cents, "period": _period(config, where)}
     if rule_type == REVIEW_VPN:
         skip = config.get("skip_apple_private_relay", False)
