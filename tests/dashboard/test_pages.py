@@ -252,6 +252,13 @@ def test_product_search_and_category_filter(admin):
     assert "Harbor Coffee" not in page
 
 
+def test_a_dropdowns_options_show_their_labels(admin, http):
+    ok(http.post("/fields", json={"display_name": "Tier", "data_type": "Dropdown",
+                                  "data": {"options": ["gold", "silver"], "labels": {"gold": "Gold tier"}}}))
+    page = admin.get("/dashboard/send").text
+    assert '<option value="gold">Gold tier</option>' in page and '<option value="silver">silver</option>' in page
+
+
 def upload(client, content: str, **options):
     return post(client, "/dashboard/send/bulk", "/dashboard/send/bulk", {"products": GIFT_CARD_USD, **options},
                 files={"file": ("people.csv", content.encode(), "text/csv")})

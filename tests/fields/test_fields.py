@@ -32,6 +32,21 @@ def test_text_field_has_no_options(http):
     assert field["data"] == {} and field["data_type"] == "Text" and field["required"] is False
 
 
+def test_options_carry_their_display_labels(api, http):
+    """API.md §3 Field: data.labels maps an option to the text shown for it (it was dropped)."""
+    body = {"display_name": "Tier", "data_type": "Dropdown",
+            "data": {"options": ["gold", "silver"], "labels": {"gold": "Gold tier"}}}
+    field = ok(http.post("/fields", json=body))["field"]
+    assert field["data"] == {"options": ["gold", "silver"], "labels": {"gold": "Gold tier"}}
+    assert [f.data.labels for f in api.list_fields().fields] == [{"gold": "Gold tier"}]
+    for data_type, data, key in (("Dropdown", {"options": ["a"], "labels": {"b": "Bee"}}, "labels"),
+                                 ("Text", {"labels": {"a": "A"}}, "labels")):
+        refused = error(http.post("/fields", json={"display_name": f"Other {data_type}", "data_type": data_type,
+                                                   "data": data}), 422)
+        assert key in refused["payload"]["data"], refused
+    assert [f["label"] for f in ok(http.get("/fields"))["fields"]] == ["Tier"]
+
+
 def test_duplicate_label_is_422(api, http):
     from tremendous.exceptions import UnprocessableEntityException
 

@@ -17,6 +17,8 @@ router = APIRouter(tags=["fields"])
 
 class FieldData(Wire):
     options: list[Text(200, 1)] | None = Field(default=None, max_length=500)
+    # API.md §3 Field: option -> the label shown for it (Dropdown and List fields)
+    labels: dict[Text(200, 1), Text(200)] | None = Field(default=None, max_length=500)
 
 
 class CreateFieldIn(Wire):
@@ -61,6 +63,7 @@ async def create_field(body: CreateFieldIn, caller: CallerDep, engine: EngineDep
     row = await write_db(
         engine, service.create, organization_id=caller.organization_id, display_name=body.display_name,
         data_type=body.data_type, options=body.data.options if body.data else None,
+        labels=body.data.labels if body.data else None,
         required=body.required, description=body.description,
     )
     return json_response({"field": service.to_wire(row)})

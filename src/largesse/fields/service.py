@@ -56,7 +56,7 @@ def label_of(name: str) -> str:
 
 
 def create(conn: Connection, *, organization_id: str, display_name: str, data_type: str, options: list[str] | None,
-           required: bool, description: str | None):
+           required: bool, description: str | None, labels: dict[str, str] | None = None):
     label = label_of(display_name)
     if not label or not _label_allowed(label):
         raise Unprocessable("display_name may contain only letters, digits, spaces and underscores",
@@ -77,6 +77,15 @@ def create(conn: Connection, *, organization_id: str, display_name: str, data_ty
         if len(set(cleaned)) != len(cleaned):
             raise Unprocessable("options must be unique", {"data": {"options": ["must be unique"]}})
         data = {"options": cleaned}
+        if labels:  # the text shown for an option; the value stored and searched is the option
+            unknown = [option for option in labels if option not in cleaned]
+            if unknown:
+                raise Unprocessable(f"data.labels names {unknown[0]!r}, which is not one of data.options",
+                                    {"data": {"labels": [f"{unknown[0]!r} is not one of the options"]}})
+            data["labels"] = {option: text for option, text in labels.items() if text.strip()}
+    elif labels:
+        raise Unprocessable(f"a {data_type} field has no options to label",
+                            {"data": {"labels": ["are only for Dropdown and List fields"]}})
     field_id = new_id()
     row = {
         "id": field_id, "organization_id": organization_id, "label": label, "data_type": data_type,
