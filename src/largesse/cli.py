@@ -567,7 +567,8 @@ def products_list(as_json: JsonFlag = False):
     settings = load_settings()
     with db.read(open_engine(settings)) as conn:
         rows = catalog.list_active(conn)
-    data = {"products": [catalog.to_wire_product(r, settings.public_url) | {"fulfillment": r.fulfillment}
+    data = {"products": [catalog.to_wire_product(r, settings.public_url) | {"fulfillment": r.fulfillment,
+                                                                             "recipient_details": r.recipient_details}
                          for r in rows]}
     emit(data, as_json, "\n".join(
         f"{r.id}  {r.category:<14} {','.join(r.currency_codes):<12} {r.fulfillment or '-':<9}  {r.name}"

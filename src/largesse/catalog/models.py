@@ -19,6 +19,9 @@ products = Table(
     Column("fee_free", Boolean, nullable=False, default=True),
     # Fulfillment provider: "sandbox" | "inventory" | None (shown as unavailable).
     Column("fulfillment", String(20), nullable=True),
+    # What the recipient must give before the payout (redemption.recipient): "us_bank_account"
+    # or None. Migration 0027.
+    Column("recipient_details", String(40), nullable=True),
     Column("active", Boolean, nullable=False, default=True),
     Column("created_at", DateTime, nullable=False),
     Column("updated_at", DateTime, nullable=False),

@@ -23,6 +23,10 @@ SUBCATEGORIES = {"beauty_and_health", "digital_financial_services", "electronics
                  "food_and_drink", "general_merchandise", "grocery_and_supermarkets", "home_and_living",
                  "mobility_and_fuel", "sports_and_outdoor_gear", "travel_and_hospitality"}
 FULFILLMENT_PROVIDERS = {"sandbox", "inventory", None}
+# What a recipient must give on the redemption page before the product can be paid
+# (redemption.recipient); an "ach" product defaults to a US bank account.
+RECIPIENT_DETAILS = {"us_bank_account", None}
+DEFAULT_RECIPIENT_DETAILS = {"ach": "us_bank_account"}
 IMAGE_TYPES = ("card", "logo")  # API.md §5 ImageType: the wire carries no other value
 
 
@@ -210,6 +214,9 @@ def _parse_product(item: dict) -> dict:
     fulfillment = item.get("fulfillment", "sandbox")
     if not isinstance(fulfillment, (str, type(None))) or fulfillment not in FULFILLMENT_PROVIDERS:
         raise CatalogError(f"fulfillment must be one of sandbox, inventory or null, not {fulfillment!r}")
+    recipient_details = item.get("recipient_details", DEFAULT_RECIPIENT_DETAILS.get(category))
+    if not isinstance(recipient_details, (str, type(None))) or recipient_details not in RECIPIENT_DETAILS:
+        raise CatalogError(f"recipient_details must be us_bank_account or null, not {recipient_details!r}")
     return {
         "id": pid,
         "name": str(item["name"]),
@@ -224,6 +231,7 @@ def _parse_product(item: dict) -> dict:
         "skus": skus,
         "fee_free": bool(item.get("fee_free", True)),
         "fulfillment": fulfillment,
+        "recipient_details": recipient_details,
         "active": bool(item.get("active", True)),
     }
 
