@@ -145,7 +145,7 @@ def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key
     """Pay the product the recipient chose, once, through the normal redemption path. Releasing
     a released review again answers it as it is (no second payout, event or ledger entry)."""
     from largesse.redemption import service as redemption
-    from largesse.redemption.providers import OutOfStock
+    from largesse.redemption.providers import DetailsRequired, OutOfStock
 
     with db.write(engine) as conn:
         row, now = _decide(conn, org, reward_id, RELEASED, key_id)
@@ -164,6 +164,9 @@ def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key
             redemption.pay(conn, reward=reward, product=product, settings=settings, at=now)
         except OutOfStock:
             raise Unprocessable("The chosen product is out of stock", {"id": ["product out of stock"]}) from None
+        except DetailsRequired:  # the bank account the recipient typed was never stored
+            raise Unprocessable("The chosen product pays to a bank account the recipient gives on the page; it "
+                                "cannot be released", {"id": ["product needs the recipient's bank details"]}) from None
         return get_review(conn, org, reward_id)
 
 

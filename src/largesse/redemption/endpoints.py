@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from largesse import db, forms_limits
 from largesse.fraud import service as fraud
-from largesse.redemption import ratelimit, security, service, tokens
+from largesse.redemption import ratelimit, recipient, security, service, tokens
 from largesse.redemption.style import theme_css
 
 log = logging.getLogger("largesse.redemption")
@@ -28,7 +28,7 @@ templates = jinja2.Environment(
     autoescape=True, trim_blocks=True, lstrip_blocks=True,
 )
 MAX_FORM_BYTES = 4096
-MAX_FIELDS = 10  # the form sends a CSRF token and the product chosen
+MAX_FIELDS = 10  # the form sends a CSRF token, the product chosen and the 4 bank account fields
 DEVICE_COOKIE = "largesse_device"
 DEVICE_COOKIE_SECONDS = 2 * 365 * 24 * 3600
 DEFAULT_THEME = theme_css(None, None)
@@ -117,7 +117,7 @@ def _rate_limited(request: Request, token: str, *, post: bool) -> HTMLResponse |
 
 
 def _choose(request: Request, page: service.Page, status: int = 200, error: str | None = None,
-            selected: str | None = None) -> HTMLResponse:
+            selected: str | None = None, field_errors: dict | None = None, values: dict | None = None) -> HTMLResponse:
     nonce = request.cookies.get(security.CSRF_COOKIE)
     fresh = not security.valid_nonce(nonce)
     if fresh:
@@ -125,7 +125,11 @@ def _choose(request: Request, page: service.Page, status: int = 200, error: str 
     available = [o for o in page.options if o.available]
     if selected is None and len(available) == 1:
         selected = available[0].id
+    # Each kind of recipient details (a bank account) is asked once, for whichever option needs it.
+    details = list(dict.fromkeys(o.details for o in available if o.details))
     response = _render("choose.html", status, page.theme, page=page, error=error, selected=selected,
+                       details=details, field_errors=field_errors or {}, values=values or {},
+                       needing={kind: [o.name for o in available if o.details == kind] for kind in details},
                        csrf_field=security.CSRF_FIELD,
                        csrf_token=security.csrf_token(_csrf_key(request), page.token_hash, nonce),
                        any_available=bool(available),
@@ -143,7 +147,7 @@ def _choose(request: Request, page: service.Page, status: int = 200, error: str 
 
 
 def _show(request: Request, token: str, status: int = 200, error: str | None = None,
-          selected: str | None = None) -> Response:
+          selected: str | None = None, **details_form) -> Response:
     with db.read(_engine(request)) as conn:
         page = service.load_page(conn, token, _settings(request))
         replaced = page is None and service.is_revoked(conn, token)
@@ -158,7 +162,7 @@ def _show(request: Request, token: str, status: int = 200, error: str | None = N
         return _render("payout.html", 200, page.theme, page=page, payout=page.payout)
     if answer == "under_review":
         return _message(200, "under_review", page=page)
-    return _choose(request, page, status, error, selected)
+    return _choose(request, page, status, error, selected, **details_form)
 
 
 def _page_of(request: Request, token: str) -> service.Page | None:
@@ -185,12 +189,15 @@ def _post(request: Request, token: str, body: bytes) -> Response:
             _csrf_key(request), tokens.hash_token(token), nonce, form.get(security.CSRF_FIELD)):
         return _message(403, page=_page_of(request, token))  # branded as the link's other pages
     product_id = form.get("product_id", "")[:40]
+    # What a product with recipient_details needs (a bank account); the service checks it only
+    # for such a product. Never logged: a failure below logs the reward, not the form.
+    details = {name: form.get(name, "") for kind in recipient.KINDS for name in recipient.FIELDS[kind]}
     device = request.cookies.get(DEVICE_COOKIE)
     client = fraud.Client(ip=request.client.host if request.client else None,
                           device_id=device if security.valid_nonce(device) else None)
     try:
         service.redeem(_engine(request), token=token, product_id=product_id, settings=_settings(request),
-                       client=client)
+                       client=client, details=details)
     except service.RedemptionError as exc:
         if exc.kind == "not_found":
             return _show(request, token)  # 404, or 410 for a link replaced by a newer one
@@ -200,6 +207,9 @@ def _post(request: Request, token: str, body: bytes) -> Response:
             return _message(409, "already_redeemed", page=_page_of(request, token), token=token)
         if exc.kind == "under_review":
             return _show(request, token)
+        if exc.kind == "invalid_details":  # nothing redeemed: the form again, each error at its field
+            return _show(request, token, status=400, error=exc.message, selected=product_id,
+                         field_errors=exc.fields, values=recipient.echo(recipient.US_BANK_ACCOUNT, details))
         status = 400 if exc.kind == "invalid_choice" else 409
         return _show(request, token, status=status, error=exc.message, selected=product_id or None)
     return RedirectResponse(f"/redeem/{token}", status_code=303, headers=security.page_headers())

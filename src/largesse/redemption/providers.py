@@ -4,6 +4,10 @@ A product's `fulfillment` column names its provider. Each provider answers two q
 both inside the caller's transaction so that the redemption stays one transaction:
 - why_unavailable(): a reason to show the option as unavailable, or None;
 - issue(): the payout for one reward (a code and PIN, or a confirmation), or OutOfStock.
+  `details` is what the recipient gave for a product that needs it (its recipient_details,
+  redemption.recipient: a BankAccount for "us_bank_account"), None for the others. A provider
+  must never log it nor return the full numbers in what it issues: the payout row keeps
+  only what the page shows ("the checking account ending 6789").
 
 Providers:
 - "inventory": codes an operator loaded with `largesse inventory import`. A code is claimed
@@ -42,6 +46,11 @@ class OutOfStock(Exception):
     """The provider has nothing left to issue; the redemption transaction rolls back."""
 
 
+class DetailsRequired(Exception):
+    """The product pays to details the recipient gives (a bank account) and none were given:
+    nothing is paid, the transaction rolls back."""
+
+
 @dataclass(frozen=True)
 class Issued:
     code: str | None = None
@@ -69,7 +78,7 @@ class InventoryProvider:
         ).first()
         return None if available else "Out of stock right now"
 
-    def issue(self, conn: Connection, *, reward, product, settings: Settings) -> Issued:
+    def issue(self, conn: Connection, *, reward, product, settings: Settings, details=None) -> Issued:
         if settings.sandbox and _serves_production(conn):
             raise OutOfStock(product.id)
         if inventory.card_value(product) != (reward.denomination_cents, reward.currency_code):
@@ -99,7 +108,7 @@ class SandboxProvider:
     def why_unavailable(self, conn: Connection, product, settings: Settings) -> str | None:
         return None if settings.sandbox else "Not available at the moment"
 
-    def issue(self, conn: Connection, *, reward, product, settings: Settings) -> Issued:
+    def issue(self, conn: Connection, *, reward, product, settings: Settings, details=None) -> Issued:
         if not settings.sandbox:
             raise OutOfStock(product.id)
         amount = format_money(reward.denomination_cents, reward.currency_code)
@@ -108,8 +117,9 @@ class SandboxProvider:
                 f"Donation of {amount} to {product.name} made on your behalf; "
                 f"confirmation DON-TEST-{_group(4)}-{_group(4)}"))
         if product.category in CASH_CATEGORIES:
+            to = f" to {details.describe()}" if details is not None else ""  # the last 4 digits only
             return Issued(confirmation=(
-                f"Transfer of {amount} via {product.name} recorded; reference TRF-TEST-{_group(4)}-{_group(4)}"))
+                f"Transfer of {amount} via {product.name}{to} recorded; reference TRF-TEST-{_group(4)}-{_group(4)}"))
         pin = f"{secrets.randbelow(10_000):04d}" if product.category == "visa_card" else None
         return Issued(code=f"TEST-{_group(4)}-{_group(4)}-{_group(4)}", pin=pin)
 

@@ -6,6 +6,7 @@ No FastAPI in this module: the endpoints turn RedemptionError kinds into pages.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, select
@@ -22,19 +23,21 @@ from largesse.ops import metrics
 from largesse.orders import lifecycle
 from largesse.orders.models import reward_field_values, rewards
 from largesse.orgs.models import organizations
-from largesse.redemption import tokens
+from largesse.redemption import recipient, tokens
 from largesse.redemption.models import payouts, redemption_tokens
-from largesse.redemption.providers import OutOfStock, provider_for
+from largesse.redemption.providers import DetailsRequired, OutOfStock, provider_for
 from largesse.redemption.style import safe_url, theme_css
 from largesse.timeutil import utcnow
 
 
 class RedemptionError(Exception):
-    """kind: not_found | canceled | expired | already_redeemed | invalid_choice | unavailable | under_review."""
+    """kind: not_found | canceled | expired | already_redeemed | invalid_choice | invalid_details |
+    unavailable | under_review. invalid_details carries `fields` (field name -> message)."""
 
-    def __init__(self, kind: str, message: str = ""):
+    def __init__(self, kind: str, message: str = "", fields: dict[str, str] | None = None):
         self.kind = kind
         self.message = message
+        self.fields = fields or {}
         super().__init__(kind)
         metrics.redemption(kind)  # raised only by redeem(): one per failed attempt
 
@@ -47,6 +50,7 @@ class Option:
     category: str
     image: str | None
     reason: str | None = None  # why it cannot be chosen; None when it can
+    details: str | None = None  # what the recipient must give first (recipient.KINDS), e.g. a bank account
 
     @property
     def available(self) -> bool:
@@ -120,7 +124,8 @@ def _options(conn: Connection, reward, settings: Settings) -> list[Option]:
             options.append(Option(pid, pid, "", "", None, "No longer offered"))
             continue
         options.append(Option(product.id, product.name, short_description(product.description), product.category,
-                              _image(product), why_unavailable(conn, reward, product, settings)))
+                              _image(product), why_unavailable(conn, reward, product, settings),
+                              product.recipient_details))
     return options
 
 
@@ -254,7 +259,8 @@ def preview_page(conn: Connection, *, org_name: str, page_style: dict, email_sty
     return page
 
 
-def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings, client=None) -> str:
+def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings, client=None,
+           details: Mapping[str, str] | None = None) -> str:
     """Redeem the link's reward for product_id in ONE transaction; returns the reward id.
 
     The reward's row is locked first (PostgreSQL: FOR UPDATE, so a concurrent attempt, cancel
@@ -263,6 +269,10 @@ def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings, c
     may hold the redemption instead (fraud.service.evaluate): the reward stays ACTIVE under
     review, nothing is paid, and the page shows that it is under review. Otherwise the provider
     issues inside the same transaction; any failure rolls all of it back.
+
+    `details` are the form's values: a product with recipient_details (a bank deposit) is paid
+    only with valid ones (recipient.parse), else RedemptionError("invalid_details") with the
+    field errors and nothing redeemed. They go to the provider and are never stored or logged.
     """
     from largesse.fraud import service as fraud
 
@@ -283,13 +293,20 @@ def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings, c
         reason = why_unavailable(conn, reward, product, settings)
         if reason:
             raise RedemptionError("unavailable", f"{product.name if product else product_id}: {reason}.")
+        given = None
+        if product.recipient_details:
+            try:
+                given = recipient.parse(product.recipient_details, details or {})
+            except recipient.InvalidDetails as exc:
+                raise RedemptionError("invalid_details", "Please check the bank account details below.",
+                                      fields=exc.errors) from None
         if fraud.evaluate(conn, reward=reward, product=product, client=client, at=now):
             metrics.redemption("held")
             return reward_id  # held for review: committed without any payout
         if not lifecycle.close(conn, reward_id, status="REDEEMED", at=now):
             raise RedemptionError("already_redeemed")  # cannot happen under the row lock; never pay twice
         try:
-            pay(conn, reward=reward, product=product, settings=settings, at=now)
+            pay(conn, reward=reward, product=product, settings=settings, at=now, details=given)
         except OutOfStock:
             raise RedemptionError("unavailable", f"{product.name} just ran out. Please choose another option.") \
                 from None
@@ -297,12 +314,16 @@ def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings, c
     return reward_id
 
 
-def pay(conn: Connection, *, reward, product, settings: Settings, at) -> None:
+def pay(conn: Connection, *, reward, product, settings: Settings, at, details=None) -> None:
     """Issue the product for a reward this transaction has just closed as REDEEMED, and record
-    the payout (primary key reward_id: never twice). OutOfStock when the provider has none.
-    Shared by redeem() and a fraud review's release."""
+    the payout (primary key reward_id: never twice). OutOfStock when the provider has none;
+    DetailsRequired for a product that pays to the recipient's details (a bank account) when
+    there are none (a fraud review's release: they are never stored). Shared by redeem() and a
+    fraud review's release."""
+    if product.recipient_details and details is None:
+        raise DetailsRequired(product.id)
     provider = provider_for(product)
-    issued = provider.issue(conn, reward=reward, product=product, settings=settings)
+    issued = provider.issue(conn, reward=reward, product=product, settings=settings, details=details)
     conn.execute(payouts.insert().values(
         reward_id=reward.id, organization_id=reward.organization_id, product_id=product.id,
         provider=provider.name, code=issued.code, pin=issued.pin, url=issued.url,
