@@ -125,11 +125,8 @@ def _choose(request: Request, page: service.Page, status: int = 200, error: str 
     available = [o for o in page.options if o.available]
     if selected is None and len(available) == 1:
         selected = available[0].id
-    # Each kind of recipient details (a bank account) is asked once, for whichever option needs it.
-    details = list(dict.fromkeys(o.details for o in available if o.details))
     response = _render("choose.html", status, page.theme, page=page, error=error, selected=selected,
-                       details=details, field_errors=field_errors or {}, values=values or {},
-                       needing={kind: [o.name for o in available if o.details == kind] for kind in details},
+                       field_errors=field_errors or {}, values=values or {},
                        csrf_field=security.CSRF_FIELD,
                        csrf_token=security.csrf_token(_csrf_key(request), page.token_hash, nonce),
                        any_available=bool(available),
