@@ -10,6 +10,8 @@ key that opens it lives outside the database. A dump of the database alone signs
   a read-write read), after which the old secret can be dropped (docs/webhooks.md).
 - Each secret becomes a Fernet key through HKDF-SHA256 with a purpose label, so the same
   secret also feeding the redemption CSRF key (redemption/security.py) yields unrelated keys.
+  The bank details of a redemption held for fraud review (redemption/recipient.py) use this
+  facility with their own label (RECIPIENT_DETAILS), the same secrets and key file.
 - Unset (a laptop): a random secret is generated once into a key file beside the SQLite
   database (or var/ for PostgreSQL) and a warning says production must set the variable.
   The file's content is a secret like any other: `LARGESSE_SECRET_KEY=<new>,<file content>`
@@ -34,24 +36,26 @@ log = logging.getLogger("largesse.webhooks")
 
 KEY_FILE_NAME = "largesse-secret.key"
 _PURPOSE = b"largesse webhook signing keys v1"
+RECIPIENT_DETAILS = b"largesse held recipient details v1"
 
 
 class KeyUnavailable(Exception):
     """A stored key cannot be decrypted with the configured secrets (wrong LARGESSE_SECRET_KEY)."""
 
 
-def fernet_key(secret: str) -> bytes:
-    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_PURPOSE).derive(secret.encode())
+def fernet_key(secret: str, purpose: bytes = _PURPOSE) -> bytes:
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(secret.encode())
     return base64.urlsafe_b64encode(derived)
 
 
 class KeyBox:
     """Encrypts with the first secret, decrypts with any of them."""
 
-    def __init__(self, secret_values: list[str]):
+    def __init__(self, secret_values: list[str], purpose: bytes = _PURPOSE):
         if not secret_values:
             raise ValueError("at least one secret is needed")
-        fernets = [Fernet(fernet_key(s)) for s in secret_values]
+        self.purpose = purpose
+        fernets = [Fernet(fernet_key(s, purpose)) for s in secret_values]
         self.primary = fernets[0]
         self.any = MultiFernet(fernets)
 
@@ -68,8 +72,9 @@ class KeyBox:
         try:
             return self.any.decrypt(raw).decode(), True
         except InvalidToken:
+            what = "the webhook's signing key" if self.purpose == _PURPOSE else "the stored secret"
             raise KeyUnavailable(
-                "the webhook's signing key cannot be decrypted with LARGESSE_SECRET_KEY (was the secret it "
+                f"{what} cannot be decrypted with LARGESSE_SECRET_KEY (was the secret it "
                 "was encrypted with removed?)") from None
 
 
@@ -112,18 +117,19 @@ _boxes: dict[tuple, KeyBox] = {}
 _boxes_lock = threading.Lock()
 
 
-def keybox_for(secret_values: list[str], database_url: str) -> KeyBox:
+def keybox_for(secret_values: list[str], database_url: str, purpose: bytes = _PURPOSE) -> KeyBox:
     """The KeyBox of these secrets, or of the generated key file when there are none (cached)."""
-    cache_key = (tuple(secret_values), None if secret_values else str(key_file_path(database_url).resolve()))
+    cache_key = (purpose, tuple(secret_values),
+                 None if secret_values else str(key_file_path(database_url).resolve()))
     box = _boxes.get(cache_key)
     if box is None:
         with _boxes_lock:
             box = _boxes.get(cache_key)
             if box is None:
                 values = secret_values or [load_or_create_secret(key_file_path(database_url))]
-                box = _boxes[cache_key] = KeyBox(values)
+                box = _boxes[cache_key] = KeyBox(values, purpose)
     return box
 
 
-def keybox(settings) -> KeyBox:
-    return keybox_for(settings.secret_keys, settings.database_url)
+def keybox(settings, purpose: bytes = _PURPOSE) -> KeyBox:
+    return keybox_for(settings.secret_keys, settings.database_url, purpose)
