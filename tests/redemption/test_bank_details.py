@@ -170,21 +170,3 @@ def test_bank_deposit_by_keyboard_on_a_phone(org, browser_page):
     page.wait_for_selector(".confirmation")
     assert "checking account ending 6789" in page.locator(".confirmation").inner_text()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
-
-
-def test_a_held_bank_deposit_cannot_be_released_without_the_account(org, engine, http):
-    """The account is never stored, so a fraud review of a bank deposit cannot pay it: 422, the
-    review stays flagged and nothing is paid (docs/redemption.md, "Fraud reviews")."""
-    from tests.redemption.conftest import fake_ip
-
-    ip = fake_ip()
-    assert http.post("/fraud_rules/review_ip", json={"config": {"ips": [ip]}}).status_code == 200
-    reward_id, link = link_reward(org, products=(BANK,))
-    with page_client(ip) as client:
-        token = csrf_of(client.get(link).text)
-        assert client.post(link, data={"csrf_token": token, "product_id": BANK, **VALID}).status_code == 303
-        assert "under review" in client.get(link).text
-    released = http.put(f"/fraud_reviews/{reward_id}/release")
-    assert released.status_code == 422 and "bank" in released.text
-    assert http.get(f"/fraud_reviews/{reward_id}").json()["fraud_review"]["status"] == "flagged"
-    assert _count(engine, reward_id) == 0

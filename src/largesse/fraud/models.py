@@ -1,4 +1,4 @@
-from sqlalchemy import JSON, Column, DateTime, ForeignKey, Index, String, Table
+from sqlalchemy import JSON, Column, DateTime, ForeignKey, Index, String, Table, Text
 
 from largesse.db import metadata
 
@@ -32,6 +32,10 @@ fraud_reviews = Table(
     # The reward's created_at, for GET /fraud_reviews' created_at filters (migration 0022
     # backfills it; fraud.service.evaluate writes it with the review).
     Column("reward_created_at", DateTime, nullable=True),
+    # The bank account a held bank deposit pays to (redemption/recipient.seal: a Fernet token under
+    # LARGESSE_SECRET_KEY, never plain text); NULL once released, blocked, canceled or expired,
+    # and for every product that needs no details (migration 0027).
+    Column("encrypted_details", Text, nullable=True),
     # The list, newest redemption first, with or without a status: walks of these (migration 0021).
     Index("ix_fraud_reviews_org_redeemed_id", "organization_id", "redeemed_at", "reward_id", "reward_created_at"),
     Index("ix_fraud_reviews_org_status_redeemed_id", "organization_id", "status", "redeemed_at", "reward_id",

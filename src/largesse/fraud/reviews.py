@@ -130,9 +130,11 @@ def _decide(conn: Connection, org: str, reward_id: str, status: str, key_id: str
     nothing more to do); 422 naming the decision when it has the other one."""
     row = _row_or_404(conn, org, reward_id)
     now = utcnow()
+    # The decision erases the recipient details kept while held (`row` still has them for release).
     won = conn.execute(update(fraud_reviews)
                        .where(fraud_reviews.c.reward_id == reward_id, fraud_reviews.c.status == FLAGGED)
-                       .values(status=status, reviewed_by=key_id, reviewed_at=now)).rowcount
+                       .values(status=status, reviewed_by=key_id, reviewed_at=now, encrypted_details=None)
+                       ).rowcount
     if not won:
         current = conn.execute(select(fraud_reviews.c.status).where(fraud_reviews.c.reward_id == reward_id)).scalar()
         if current == status:
@@ -143,9 +145,15 @@ def _decide(conn: Connection, org: str, reward_id: str, status: str, key_id: str
 
 def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key_id: str) -> dict:
     """Pay the product the recipient chose, once, through the normal redemption path. Releasing
-    a released review again answers it as it is (no second payout, event or ledger entry)."""
+    a released review again answers it as it is (no second payout, event or ledger entry).
+
+    A bank deposit is paid to the account the recipient gave, kept encrypted on the review while
+    held: decrypted here, handed to the provider, and erased by _decide's UPDATE in this same
+    transaction (a refusal below rolls all of it back: the review stays flagged with them)."""
+    from largesse.redemption import recipient
     from largesse.redemption import service as redemption
     from largesse.redemption.providers import DetailsRequired, OutOfStock
+    from largesse.webhooks.crypto import KeyUnavailable
 
     with db.write(engine) as conn:
         row, now = _decide(conn, org, reward_id, RELEASED, key_id)
@@ -160,13 +168,22 @@ def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key
         reason = redemption.why_unavailable(conn, reward, product, settings)
         if reason:
             raise Unprocessable(f"The chosen product cannot be issued: {reason}", {"id": [reason]})
+        details = None
+        if row.encrypted_details is not None:
+            try:
+                details = recipient.unseal(row.encrypted_details, settings)
+            except KeyUnavailable:
+                raise Unprocessable("The recipient's bank details cannot be decrypted with LARGESSE_SECRET_KEY (was "
+                                    "the secret they were encrypted with removed?); release it once it is back, or "
+                                    "block it", {"id": ["recipient's details cannot be decrypted"]}) from None
         try:
-            redemption.pay(conn, reward=reward, product=product, settings=settings, at=now)
+            redemption.pay(conn, reward=reward, product=product, settings=settings, at=now, details=details)
         except OutOfStock:
             raise Unprocessable("The chosen product is out of stock", {"id": ["product out of stock"]}) from None
-        except DetailsRequired:  # the bank account the recipient typed was never stored
-            raise Unprocessable("The chosen product pays to a bank account the recipient gives on the page; it "
-                                "cannot be released", {"id": ["product needs the recipient's bank details"]}) from None
+        except DetailsRequired:  # held before migration 0027: the account it was given was not kept
+            raise Unprocessable("The chosen product pays to a bank account the recipient gives on the page, and "
+                                "none was kept for this review; it cannot be released",
+                                {"id": ["product needs the recipient's bank details"]}) from None
         return get_review(conn, org, reward_id)
 
 

@@ -187,6 +187,21 @@ def evaluate(conn: Connection, *, reward, product, client: Client | None, at: da
     return reasons
 
 
+def keep_details(conn: Connection, reward_id: str, sealed: str) -> None:
+    """Keep a held redemption's recipient details (redemption/recipient.seal's token) on its review,
+    in the redemption's transaction: release pays them, and release, block, a cancel or the expiry
+    erase them (forget_details)."""
+    conn.execute(update(fraud_reviews).where(fraud_reviews.c.reward_id == reward_id)
+                 .values(encrypted_details=sealed))
+
+
+def forget_details(conn: Connection, reward_id: str) -> None:
+    """Erase a held redemption's recipient details (a reward without a review: nothing to do)."""
+    conn.execute(update(fraud_reviews).where(fraud_reviews.c.reward_id == reward_id,
+                                             fraud_reviews.c.encrypted_details.is_not(None))
+                 .values(encrypted_details=None))
+
+
 class _AddressList:
     """A stored list of addresses and CIDR ranges, parsed once: single addresses in a set
     (packed bytes: one lookup), ranges in a list. Parsed lists are cached per process until

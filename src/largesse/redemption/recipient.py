@@ -2,15 +2,22 @@
 
 "us_bank_account" (an ACH deposit): account holder name, ABA routing number, account number and
 account type. They are checked here, handed to the provider's issue() inside the redemption
-transaction, and never stored or logged: the payout keeps only what its page shows (the
-provider's confirmation names the account type and the last 4 digits). BankAccount's repr
-masks the numbers, so an exception or a debug print cannot leak them.
+transaction, and never logged: the payout keeps only what its page shows (the provider's
+confirmation names the account type and the last 4 digits). BankAccount's repr masks the
+numbers, so an exception or a debug print cannot leak them.
+
+The one exception to "never stored": a redemption held by a fraud rule keeps its details on
+the review (fraud_reviews.encrypted_details), `seal`ed as a Fernet token under
+LARGESSE_SECRET_KEY (webhooks/crypto.py, the webhook signing keys' facility and key file, with
+its own purpose label), until release pays them and erases them, or block, a cancel or the
+expiry erases them (docs/fraud.md, "Held bank details").
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 US_BANK_ACCOUNT = "us_bank_account"
 KINDS = {US_BANK_ACCOUNT}
@@ -90,3 +97,20 @@ def echo(kind: str | None, form: Mapping[str, str]) -> dict[str, str]:
     if kind is None:
         return {}
     return {name: (form.get(name) or "")[:200] for name in FIELDS[kind] if name != "account_number"}
+
+
+def seal(kind: str, details: BankAccount, settings) -> str:
+    """The details encrypted for a held redemption (a Fernet token: no digit of them readable)."""
+    from largesse.webhooks import crypto
+
+    return crypto.keybox(settings, crypto.RECIPIENT_DETAILS).encrypt(json.dumps({"kind": kind, **asdict(details)}))
+
+
+def unseal(token: str, settings) -> BankAccount:
+    """seal's details back; crypto.KeyUnavailable when LARGESSE_SECRET_KEY no longer opens them."""
+    from largesse.webhooks import crypto
+
+    values = json.loads(crypto.keybox(settings, crypto.RECIPIENT_DETAILS).decrypt(token)[0])
+    if values.pop("kind") != US_BANK_ACCOUNT:
+        raise ValueError("unknown recipient details")
+    return BankAccount(**values)

@@ -272,7 +272,8 @@ def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings, c
 
     `details` are the form's values: a product with recipient_details (a bank deposit) is paid
     only with valid ones (recipient.parse), else RedemptionError("invalid_details") with the
-    field errors and nothing redeemed. They go to the provider and are never stored or logged.
+    field errors and nothing redeemed. They go to the provider and are never logged; a held
+    redemption keeps them encrypted on its review until it is decided (docs/fraud.md).
     """
     from largesse.fraud import service as fraud
 
@@ -301,6 +302,8 @@ def redeem(engine: Engine, *, token: str, product_id: str, settings: Settings, c
                 raise RedemptionError("invalid_details", "Please check the bank account details below.",
                                       fields=exc.errors) from None
         if fraud.evaluate(conn, reward=reward, product=product, client=client, at=now):
+            if given is not None:  # paid on release: kept encrypted until the review is decided
+                fraud.keep_details(conn, reward_id, recipient.seal(product.recipient_details, given, settings))
             metrics.redemption("held")
             return reward_id  # held for review: committed without any payout
         if not lifecycle.close(conn, reward_id, status="REDEEMED", at=now):
@@ -318,8 +321,8 @@ def pay(conn: Connection, *, reward, product, settings: Settings, at, details=No
     """Issue the product for a reward this transaction has just closed as REDEEMED, and record
     the payout (primary key reward_id: never twice). OutOfStock when the provider has none;
     DetailsRequired for a product that pays to the recipient's details (a bank account) when
-    there are none (a fraud review's release: they are never stored). Shared by redeem() and a
-    fraud review's release."""
+    there are none (a review held before migration 0027 kept none). Shared by redeem() and a
+    fraud review's release, which passes the details it kept encrypted."""
     if product.recipient_details and details is None:
         raise DetailsRequired(product.id)
     provider = provider_for(product)

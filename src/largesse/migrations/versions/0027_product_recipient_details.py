@@ -1,4 +1,5 @@
-"""Products say what the recipient must give before the payout (products.recipient_details)
+"""Products say what the recipient must give before the payout (products.recipient_details);
+a held redemption keeps those details encrypted until it is decided (fraud_reviews.encrypted_details)
 
 Revision ID: 0027
 Revises: 0026
@@ -23,8 +24,14 @@ def upgrade() -> None:
     products = sa.table("products", sa.column("category", sa.String), sa.column("recipient_details", sa.String))
     conn.execute(sa.update(products).where(products.c.category == "ach", products.c.recipient_details.is_(None))
                  .values(recipient_details="us_bank_account"))
+    # A bank deposit held by a fraud rule keeps the account, encrypted, until release pays it or
+    # block, cancel or expiry erase it (redemption/recipient.seal). Reviews held before this have none.
+    if "encrypted_details" not in {c["name"] for c in sa.inspect(conn).get_columns("fraud_reviews")}:
+        op.add_column("fraud_reviews", sa.Column("encrypted_details", sa.Text, nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("fraud_reviews") as batch:
+        batch.drop_column("encrypted_details")
     with op.batch_alter_table("products") as batch:
         batch.drop_column("recipient_details")

@@ -1,0 +1,101 @@
+"""A held bank deposit: the account the recipient gave is kept encrypted on the review while it is
+held, paid on release and erased by release, block and expiry (docs/fraud.md, "Held bank details")."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from sqlalchemy import text
+
+from largesse import db
+from largesse.delivery import service as delivery
+from largesse.timeutil import utcnow
+from tests.factories import available_cents
+from tests.fraud.conftest import payout_count, refund_count
+from tests.redemption.conftest import csrf_of, fake_ip, link_reward, page_client
+
+BANK = "PCSBANKACH01US"
+ROUTING = "021000021"
+ACCOUNT = "000123454321"
+HOLDER = "Alex Recipient"
+VALID = {"holder_name": HOLDER, "routing_number": ROUTING, "account_number": ACCOUNT, "account_type": "savings"}
+
+
+def _stored(engine, reward_id: str):
+    with db.read(engine) as conn:
+        return conn.execute(text("SELECT encrypted_details FROM fraud_reviews WHERE reward_id = :id"),
+                            {"id": reward_id}).scalar_one()
+
+
+def _held_bank_deposit(org, http, **extra) -> tuple[str, str]:
+    ip = fake_ip()
+    assert http.post("/fraud_rules/review_ip", json={"config": {"ips": [ip]}}).status_code == 200
+    reward_id, link = link_reward(org, products=(BANK,), denomination=30, **extra)
+    with page_client(ip) as client:
+        token = csrf_of(client.get(link).text)
+        assert client.post(link, data={"csrf_token": token, "product_id": BANK, **VALID}).status_code == 303
+        assert "under review" in client.get(link).text
+    return reward_id, link
+
+
+def test_a_held_bank_deposit_is_stored_encrypted_and_paid_on_release(org, engine, http, cli, caplog):
+    with caplog.at_level(logging.DEBUG):
+        reward_id, link = _held_bank_deposit(org, http)
+        stored = _stored(engine, reward_id)
+        assert stored  # kept while held ...
+        for secret in (ACCOUNT, ROUTING, HOLDER, ACCOUNT[-4:]):  # ... and never in plain text
+            assert secret not in stored
+        review = http.get(f"/fraud_reviews/{reward_id}")
+        assert stored not in review.text and ACCOUNT not in review.text
+        assert payout_count(engine, reward_id) == 0
+
+        released = http.put(f"/fraud_reviews/{reward_id}/release")
+        assert released.status_code == 200, released.text
+        assert released.json()["fraud_review"]["status"] == "released"
+    assert payout_count(engine, reward_id) == 1
+    assert _stored(engine, reward_id) is None  # erased with the payout
+    with page_client() as client:
+        shown = client.get(link).text
+    assert "Direct Bank Deposit to the savings account ending 4321 recorded" in shown
+    assert ACCOUNT not in shown and ROUTING not in shown
+    assert ACCOUNT not in caplog.text and ROUTING not in caplog.text and stored not in caplog.text
+    again = http.put(f"/fraud_reviews/{reward_id}/release")  # a repeated release pays nothing more
+    assert again.status_code == 200 and payout_count(engine, reward_id) == 1
+    cli("ledger", "verify")
+
+
+def test_a_blocked_bank_deposit_is_refunded_and_its_details_erased(org, engine, http, cli):
+    reward_id, _ = _held_bank_deposit(org, http)
+    before = available_cents(http)
+    assert _stored(engine, reward_id)
+    blocked = http.put(f"/fraud_reviews/{reward_id}/block")
+    assert blocked.status_code == 200 and blocked.json()["fraud_review"]["status"] == "blocked"
+    assert available_cents(http) == before + 3000 and refund_count(engine, reward_id) == 1
+    assert payout_count(engine, reward_id) == 0
+    assert _stored(engine, reward_id) is None
+    cli("ledger", "verify")
+
+
+def test_a_held_bank_deposit_that_expires_has_its_details_erased(org, engine, http):
+    reward_id, _ = _held_bank_deposit(org, http)
+    assert _stored(engine, reward_id)
+    with db.write(engine) as conn:  # as if its expiry had passed while it waited for the review
+        conn.execute(text("UPDATE rewards SET expires_at = :at WHERE id = :id"),
+                     {"at": utcnow() - timedelta(seconds=1), "id": reward_id})
+    delivery.expire_due(engine)
+    assert _stored(engine, reward_id) is None
+    assert refund_count(engine, reward_id) == 1
+    released = http.put(f"/fraud_reviews/{reward_id}/release")
+    assert released.status_code == 422 and payout_count(engine, reward_id) == 0
+
+
+def test_a_held_gift_card_stores_no_details(org, engine, http):
+    from tests.fraud.conftest import redeem
+    from tests.redemption.conftest import GIFT_CARD
+
+    ip = fake_ip()
+    assert http.post("/fraud_rules/review_ip", json={"config": {"ips": [ip]}}).status_code == 200
+    reward_id, link = link_reward(org, products=(GIFT_CARD,))
+    assert "under review" in redeem(link, ip=ip)
+    assert _stored(engine, reward_id) is None
