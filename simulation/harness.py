@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
-from largesse import db, timeutil
+from largesse import crypto, db, timeutil
 from largesse.auth import Credentials, hash_key
 from largesse.bootstrap import prepare
 from largesse.catalog import service as catalog
@@ -22,7 +22,6 @@ from largesse.delivery.worker import BATCH
 from largesse.funding.models import funding_sources
 from largesse.orgs import service as orgs
 from largesse.redemption import inventory
-from largesse.webhooks import crypto
 from largesse.webhooks import service as webhooks
 from simulation.faults import Killed, KillingTransport, StatementFault
 from simulation.model import Model, OrgM

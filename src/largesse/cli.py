@@ -87,11 +87,11 @@ def serve(
                f"database: {shown_url(settings.database_url)}")
     logs.configure(settings.log_format, settings.log_level)  # uvicorn.run installs the same again
     if not settings.sandbox and not settings.secret_keys:
-        from largesse.webhooks.crypto import key_file_path
+        from largesse.crypto import key_file_path
 
         logging.getLogger("largesse.serve").warning(
-            "LARGESSE_SECRET_KEY is unset: webhook signing keys are encrypted with a secret generated into %s "
-            "and the redemption pages' CSRF key is kept in the database. Production must set "
+            "LARGESSE_SECRET_KEY is unset: webhook signing keys and held bank details are encrypted with a "
+            "secret generated into %s and the redemption pages' CSRF key is kept in the database. Production must set "
             "LARGESSE_SECRET_KEY (the same value in every process).", key_file_path(settings.database_url))
     supervisor = None
     if workers > 1:
@@ -241,7 +241,7 @@ def _keep_key_file_with(database_url: str, target) -> None:
     beside the copy too, where a server pointed at the copy looks for it."""
     import os
 
-    from largesse.webhooks.crypto import KEY_FILE_NAME, key_file_path
+    from largesse.crypto import KEY_FILE_NAME, key_file_path
 
     key = key_file_path(database_url)
     if not key.is_file():

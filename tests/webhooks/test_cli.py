@@ -2,9 +2,9 @@
 
 import json
 
-from largesse import db
+from largesse import crypto, db
 from largesse.bootstrap import prepare
-from largesse.webhooks import crypto, service
+from largesse.webhooks import service
 
 
 def test_rotate_keys_and_deliveries(cli, tmp_path):

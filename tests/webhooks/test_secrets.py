@@ -11,9 +11,8 @@ from alembic import command
 from sqlalchemy import select
 from tremendous import ApiClient, Configuration, TremendousApi
 
-from largesse import auth, db
+from largesse import auth, crypto, db
 from largesse.migrate import alembic_config, upgrade
-from largesse.webhooks import crypto
 from largesse.webhooks.models import webhooks
 from tests.delivery.conftest import wait_for
 from tests.webhooks.kit import settle

@@ -150,10 +150,10 @@ def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key
     A bank deposit is paid to the account the recipient gave, kept encrypted on the review while
     held: decrypted here, handed to the provider, and erased by _decide's UPDATE in this same
     transaction (a refusal below rolls all of it back: the review stays flagged with them)."""
+    from largesse.crypto import KeyUnavailable
     from largesse.redemption import recipient
     from largesse.redemption import service as redemption
     from largesse.redemption.providers import DetailsRequired, OutOfStock
-    from largesse.webhooks.crypto import KeyUnavailable
 
     with db.write(engine) as conn:
         row, now = _decide(conn, org, reward_id, RELEASED, key_id)

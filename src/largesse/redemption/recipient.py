@@ -8,7 +8,7 @@ numbers, so an exception or a debug print cannot leak them.
 
 The one exception to "never stored": a redemption held by a fraud rule keeps its details on
 the review (fraud_reviews.encrypted_details), `seal`ed as a Fernet token under
-LARGESSE_SECRET_KEY (webhooks/crypto.py, the webhook signing keys' facility and key file, with
+LARGESSE_SECRET_KEY (crypto.py, the webhook signing keys' facility and key file, with
 its own purpose label), until release pays them and erases them, or block, a cancel or the
 expiry erases them (docs/fraud.md, "Held bank details").
 """
@@ -101,14 +101,14 @@ def echo(kind: str | None, form: Mapping[str, str]) -> dict[str, str]:
 
 def seal(kind: str, details: BankAccount, settings) -> str:
     """The details encrypted for a held redemption (a Fernet token: no digit of them readable)."""
-    from largesse.webhooks import crypto
+    from largesse import crypto
 
     return crypto.keybox(settings, crypto.RECIPIENT_DETAILS).encrypt(json.dumps({"kind": kind, **asdict(details)}))
 
 
 def unseal(token: str, settings) -> BankAccount:
     """seal's details back; crypto.KeyUnavailable when LARGESSE_SECRET_KEY no longer opens them."""
-    from largesse.webhooks import crypto
+    from largesse import crypto
 
     values = json.loads(crypto.keybox(settings, crypto.RECIPIENT_DETAILS).decrypt(token)[0])
     if values.pop("kind") != US_BANK_ACCOUNT:

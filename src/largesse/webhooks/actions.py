@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from largesse import db
+from largesse import crypto, db
 from largesse.config import Settings
 from largesse.errors import BadRequest, Conflict, Unprocessable
-from largesse.webhooks import addresses, crypto, deliveries, service
+from largesse.webhooks import addresses, deliveries, service
 
 
 def guard(url: str, settings: Settings, organization_id: str, payload_key: str = "url", status=BadRequest) -> None:

@@ -12,7 +12,7 @@ webhooks = Table(
     # to private_key_encrypted and leaves NULL. Still read as a fallback (a row an older
     # process wrote during a rolling upgrade), never written.
     Column("private_key", String(100), nullable=True),
-    # The signing secret as a Fernet token under LARGESSE_SECRET_KEY (webhooks/crypto.py).
+    # The signing secret as a Fernet token under LARGESSE_SECRET_KEY (crypto.py).
     Column("private_key_encrypted", Text, nullable=True),
     Column("created_at", DateTime, nullable=False),
     Column("updated_at", DateTime, nullable=False),

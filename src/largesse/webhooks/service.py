@@ -13,14 +13,14 @@ import uuid
 import orjson
 from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
-from largesse import db
+from largesse import crypto, db
 from largesse.config import Settings
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.models import jobs
 from largesse.ids import new_id
 from largesse.ops import logs
 from largesse.timeutil import iso, utcnow
-from largesse.webhooks import crypto, signatures
+from largesse.webhooks import signatures
 from largesse.webhooks.models import webhook_deliveries, webhooks
 
 # The events Largesse emits (a subset of API.md §8's list; the others have no counterpart here).
@@ -80,7 +80,7 @@ def get_or_404(conn: Connection, organization_id: str, webhook_id: str):
 
 def upsert(conn: Connection, organization_id: str, url: str, box: crypto.KeyBox):
     """Create the organization's webhook, or point the existing one at a new URL (same key).
-    A new signing key is stored only encrypted (webhooks/crypto.py). One statement (INSERT ...
+    A new signing key is stored only encrypted (crypto.py). One statement (INSERT ...
     ON CONFLICT on the organization's unique webhook), so concurrent calls cannot both insert
     (two POST /webhooks at once on PostgreSQL answered 500 on the unique constraint)."""
     now = utcnow()

@@ -14,11 +14,11 @@ import time
 from urllib.parse import unquote, urlsplit
 
 from largesse import db
+from largesse.crypto import KeyUnavailable
 from largesse.delivery import jobs as job_queue
 from largesse.delivery.transport import DeliveryError
 from largesse.timeutil import utcnow
 from largesse.webhooks import addresses, deliveries, sender, service, signatures
-from largesse.webhooks.crypto import KeyUnavailable
 
 log = logging.getLogger("largesse.webhooks")
 

@@ -3,7 +3,7 @@
 Revision ID: 0006
 Revises: 0005
 
-- webhooks.private_key_encrypted: the signing key as a Fernet token (webhooks/crypto.py);
+- webhooks.private_key_encrypted: the signing key as a Fernet token (crypto.py);
   existing plaintext keys are encrypted here under LARGESSE_SECRET_KEY (or the generated key
   file beside the SQLite database when it is unset) and their plaintext column is cleared.
 - webhook_deliveries: one row per delivery attempt.
@@ -55,7 +55,7 @@ def _encrypt_plaintext_keys() -> None:
     if not rows:
         return
     from largesse.config import Settings
-    from largesse.webhooks.crypto import keybox_for
+    from largesse.crypto import keybox_for
 
     secret_keys = Settings(secret_key=os.environ.get("LARGESSE_SECRET_KEY")).secret_keys
     box = keybox_for(secret_keys, bind.engine.url.render_as_string(hide_password=False))
@@ -74,7 +74,7 @@ def downgrade() -> None:
                         .where(table.c.private_key_encrypted.is_not(None))).all()
     if rows:
         from largesse.config import Settings
-        from largesse.webhooks.crypto import keybox_for
+        from largesse.crypto import keybox_for
 
         secret_keys = Settings(secret_key=os.environ.get("LARGESSE_SECRET_KEY")).secret_keys
         box = keybox_for(secret_keys, bind.engine.url.render_as_string(hide_password=False))

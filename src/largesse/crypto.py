@@ -1,4 +1,6 @@
-"""Webhook signing keys at rest: Fernet-encrypted under keys derived from LARGESSE_SECRET_KEY.
+"""Secrets at rest that must be read back: Fernet-encrypted under keys derived from
+LARGESSE_SECRET_KEY. Webhook signing keys (webhooks/) and the bank account of a redemption held
+for fraud review (redemption/recipient.py, fraud/) use it, each under its own purpose label.
 
 A signing key has to be usable to sign, so it cannot be hashed like an API key; instead the
 database holds only a Fernet token (AES-128-CBC + HMAC-SHA256, from `cryptography`) and the
