@@ -358,6 +358,28 @@ def test_a_migration_that_fails_is_one_line(tmp_path, backend):
         assert line.startswith("error: migrating the database") and "already exists" in line, line
 
 
+def test_a_database_at_an_unknown_revision_is_one_line_and_serve_does_not_start(tmp_path):
+    """A database a newer Largesse migrated (a package rolled back, a newer backup restored):
+    Alembic's "Can't locate revision" was a traceback box on every command, two from serve."""
+    import sqlite3
+
+    from largesse.migrate import shipped_head
+
+    env = {"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'newer.sqlite3'}"}
+    assert _run(tmp_path, "db", "upgrade", env=env).returncode == 0
+    with sqlite3.connect(tmp_path / "newer.sqlite3") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0099'")
+    port = free_port()
+    for command in (("org", "list"), ("db", "upgrade"), ("ledger", "verify"), ("worker", "--once"),
+                    ("serve", "--port", str(port))):
+        line = _one_line_error(_run(tmp_path, *command, env=env))
+        assert (f"the database is at revision 0099, which this version of Largesse does not know "
+                f"(its newest is {shipped_head()})") in line, (command, line)
+    assert not _wait_for_health(port, timeout=0.5), "serve started"
+    with sqlite3.connect(tmp_path / "newer.sqlite3") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0099",)]
+
+
 def test_a_query_password_in_the_database_url_is_masked(tmp_path):
     line = _one_line_error(_run(tmp_path, "org", "list", env={
         "LARGESSE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/largesse?password=hunter2"}))

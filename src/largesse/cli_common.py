@@ -98,6 +98,7 @@ def open_engine(settings: Settings | None = None, *, prepare: bool = True, creat
     URL, a SQLite file that does not exist (unless `create`: the commands that may start a new
     database) and a database that cannot be reached."""
     from largesse.bootstrap import prepare as prepare_db
+    from largesse.migrate import MigrationError
 
     settings = settings or load_settings()
     url = database_url(settings)
@@ -116,6 +117,8 @@ def open_engine(settings: Settings | None = None, *, prepare: bool = True, creat
             # (docs/operations.md).
             fail(f"migrating the database {shown_url(settings.database_url)} failed: {unavailable_reason(exc)}")
         database_unavailable(exc, settings)
+    except MigrationError as exc:  # a database at a revision this version does not know, ...
+        fail(str(exc))
     except OSError as exc:  # the SQLite file's folder cannot be created
         fail(f"cannot create the database {shown_url(settings.database_url)}: {exc.strerror or exc}")
     return engine
