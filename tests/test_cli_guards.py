@@ -280,10 +280,22 @@ def test_an_unusable_database_url_is_one_line_without_its_password(tmp_path):
     ("LARGESSE_PUBLIC_URL", "127.0.0.1:8615", "http:// or https://"),  # links without a scheme in every email
     ("LARGESSE_PUBLIC_URL", "http://127.0.0.1:8615?x=1", "without query"),  # ...?x=1/redeem/...
     ("LARGESSE_PUBLIC_URL", "https://", "with a host"),
+    # every reward email failed for good on its first attempt, every reward FAILED
+    ("LARGESSE_MAIL_FROM", "notanaddress", "must be an email address"),
+    ("LARGESSE_MAIL_FROM", "rewards@localhost", "must be an email address"),
+    ("LARGESSE_MAIL_FROM", "Rewards <rewards@example.com>", "LARGESSE_MAIL_FROM_NAME"),
 ])
 def test_a_setting_out_of_its_values_is_one_line(tmp_path, name, value, expected):
     line = _one_line_error(_run(tmp_path, "org", "list", env={name: value}))
     assert name in line and repr(value) in line and (expected is None or expected in line), line
+
+
+def test_serve_and_worker_refuse_a_mail_from_that_is_not_an_address(tmp_path):
+    """LARGESSE_MAIL_FROM=notanaddress started; then each reward email failed permanently."""
+    for command in (("worker", "--once"), ("serve", "--port", str(free_port()))):
+        line = _one_line_error(_run(tmp_path, *command, env={"LARGESSE_MAIL_FROM": "notanaddress"}))
+        assert "LARGESSE_MAIL_FROM must be an email address" in line, (command, line)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_on_off_settings_take_any_capitals():
@@ -307,6 +319,8 @@ def test_on_off_settings_take_any_capitals():
     # A public URL under a path is a base like any other; its trailing slash goes.
     assert Settings.from_env({"LARGESSE_PUBLIC_URL": "https://rewards.example.com/largesse/"}).public_url == \
         "https://rewards.example.com/largesse"
+    assert Settings.from_env({}).mail_from == "rewards@largesse.localhost"
+    assert Settings.from_env({"LARGESSE_MAIL_FROM": "gifts@mail.example.com"}).mail_from == "gifts@mail.example.com"
 
 
 def test_names_from_api_clients_reach_the_terminal_escaped(org, http, cli):
