@@ -110,6 +110,8 @@ def test_serve_on_a_port_in_use_is_one_line_and_starts_nothing(tmp_path):
     ({"LARGESSE_SMTP_URL": "smtp://127.0.0.1:2525?starttls=maybe"}, "starttls must be one of"),
     ({"LARGESSE_SMTP_URL": "smtp://127.0.0.1:2525?tls=1"}, "takes one query parameter, starttls; not tls"),
     ({"LARGESSE_MAIL_DIR": "/proc/largesse-no-such-dir"}, "cannot deliver email"),
+    ({"LARGESSE_SMTP_URL": "smtp://"}, "names no host"),  # silently localhost:25
+    ({"LARGESSE_SMTP_URL": "smtps://user:pw@:465"}, "names no host"),
 ])
 def test_a_transport_that_cannot_send_stops_worker_and_serve_in_one_line(tmp_path, setting, expected):
     """Every delivery thread died with a traceback and the worker exited 0 (no restart by a
