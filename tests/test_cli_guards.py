@@ -521,7 +521,8 @@ def _serve_output(tmp_path: Path, env: dict) -> str:
     """stderr of `largesse serve` on a new SQLite database, up to the moment it listens."""
     port = free_port()
     log = tmp_path / f"serve-{port}.log"
-    full_env = {k: v for k, v in os.environ.items() if k not in ("LARGESSE_SECRET_KEY", "PROMETHEUS_MULTIPROC_DIR")}
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("LARGESSE_SECRET_KEY", "LARGESSE_PUBLIC_URL", "PROMETHEUS_MULTIPROC_DIR")}
     full_env.update({"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'prod.sqlite3'}", "LARGESSE_RUN_WORKER": "0",
                      "LARGESSE_MAIL_DIR": str(tmp_path / "mail"), **env})
     with open(log, "w") as out:
@@ -544,6 +545,34 @@ def test_serve_in_production_warns_once_without_a_secret_key(tmp_path):
     assert len(unset) == 1 and "WARNING" in unset[0] and "Production must set LARGESSE_SECRET_KEY" in unset[0]
     quiet = _serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "production", "LARGESSE_SECRET_KEY": "s3cret-value"})
     assert "LARGESSE_SECRET_KEY" not in quiet and "s3cret-value" not in quiet
+
+
+def test_serve_and_worker_in_production_warn_once_without_a_public_url(tmp_path):
+    """Reward emails of a production server without LARGESSE_PUBLIC_URL linked to
+    http://127.0.0.1:PORT (a separate worker's to :8000, whatever port serve used), silently."""
+    def unset(output: str) -> list[str]:
+        return [line for line in output.splitlines() if "LARGESSE_PUBLIC_URL is unset" in line]
+
+    lines = unset(_serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "production"}))
+    assert len(lines) == 1 and "WARNING" in lines[0] and "http://127.0.0.1:" in lines[0], lines
+    assert "Production must set LARGESSE_PUBLIC_URL" in lines[0]
+    public = {"LARGESSE_PUBLIC_URL": "https://rewards.example.com"}
+    assert not unset(_serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "production", **public}))
+    assert not unset(_serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "sandbox"}))
+
+    env = {k: v for k, v in os.environ.items() if k != "LARGESSE_PUBLIC_URL"}
+    env.update({"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'worker.sqlite3'}",
+                "LARGESSE_ENVIRONMENT": "production", "LARGESSE_MAIL_DIR": str(tmp_path / "mail")})
+
+    def worker(extra: dict) -> subprocess.CompletedProcess:
+        return subprocess.run([LARGESSE, "worker", "--once"], env={**env, **extra}, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+
+    done = worker({})
+    assert done.returncode == 0 and len(lines := unset(done.stderr)) == 1, done.stderr
+    assert "http://127.0.0.1:8000" in lines[0]
+    assert not unset(worker(public).stderr)
+    assert not unset(worker({"LARGESSE_ENVIRONMENT": "sandbox"}).stderr)
 
 
 # --- help texts ---------------------------------------------------------------------------------------

@@ -188,6 +188,21 @@ def check_mail_transport(settings: Settings) -> None:
         fail(f"cannot deliver email: {exc}")
 
 
+def warn_without_public_url(settings: Settings, public_url_set: bool, process: str) -> None:
+    """Production with LARGESSE_PUBLIC_URL unset: one warning line as `serve` or `worker` starts
+    (after logging is configured), as for LARGESSE_SECRET_KEY. Every reward and sign-in email's
+    link named http://127.0.0.1:PORT (a worker's default port 8000, whatever port serve used),
+    without a word."""
+    import logging
+
+    if settings.sandbox or public_url_set:
+        return
+    logging.getLogger(f"largesse.{process}").warning(
+        "LARGESSE_PUBLIC_URL is unset: links in reward and sign-in emails and on pages name %s. Production must "
+        "set LARGESSE_PUBLIC_URL to the address recipients reach this server at (the same value in every "
+        "process).", settings.public_url)
+
+
 def bounded(value: str | None, option: str, max_length: int = 200) -> str | None:
     """A free-text option within the length its column (and the API) takes, else one line."""
     if value is not None and len(value) > max_length:

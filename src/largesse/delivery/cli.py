@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Annotated
 
 import typer
 
 from largesse import db
-from largesse.cli_common import check_mail_transport, emit, fail, load_settings, open_engine, require_org, shown
+from largesse.cli_common import (
+    check_mail_transport,
+    emit,
+    fail,
+    load_settings,
+    open_engine,
+    require_org,
+    shown,
+    warn_without_public_url,
+)
 from largesse.config import MAX_EXPIRY_DAYS, MAX_THREADS_OR_PROCESSES
 
 jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", no_args_is_help=True)
@@ -38,6 +48,8 @@ def worker(
     from largesse.ops import logs
 
     logs.configure(settings.log_format, settings.log_level)  # same redacting text/JSON lines as `serve`
+    # (a child of `serve` inherits serve's LARGESSE_PUBLIC_URL, so serve alone warns then)
+    warn_without_public_url(settings, bool(os.environ.get("LARGESSE_PUBLIC_URL")), "delivery")
     engine = open_engine(settings, create=True)  # a worker may be the first process on a new database
     w = Worker(engine, settings, concurrency=concurrency, webhook_concurrency=webhook_concurrency)
     if once:
