@@ -214,6 +214,22 @@ def test_db_upgrade_creates_a_new_database_and_says_so(tmp_path):
     listed = _run(tmp_path, "org", "list")
     assert listed.returncode == 0 and listed.stdout.strip() == "no organizations"
 
+def test_operations_doc_shows_what_db_upgrade_and_readyz_print_now(tmp_path):
+    """docs/operations.md showed revision 0022 and `db upgrade` lines without the database URL
+    the command appends: its examples are the current head and the command's own lines."""
+    from largesse.migrate import shipped_head
+
+    doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    head = shipped_head()
+    created = _run(tmp_path, "db", "upgrade").stdout.strip()
+    again = _run(tmp_path, "db", "upgrade").stdout.strip()
+    assert created == f"created the database schema at revision {head}: sqlite:///var/largesse.sqlite3"
+    assert again == f"database is up to date (revision {head}): sqlite:///var/largesse.sqlite3"
+    assert created in doc and again in doc
+    assert f"migrated the database from revision 0022 to {head}: postgresql://largesse:***@db" in doc
+    assert f'"migration":"{head}"' in doc and f"{head} at the time of writing" in doc
+
+
 def test_commands_starting_together_on_a_new_sqlite_database_wait_for_each_other(tmp_path):
     """serve, worker and org create started at once on an empty folder: one migrated and the
     others failed with "database is locked" (PostgreSQL's upgrades already waited)."""
