@@ -131,6 +131,17 @@ def test_a_transport_that_cannot_send_stops_worker_and_serve_in_one_line(tmp_pat
         server.wait(timeout=30)
 
 
+def test_a_worker_without_threads_is_refused(tmp_path):
+    """`worker --concurrency 0 --webhook-concurrency 0` started anyway (with a thread the
+    operator had not asked for)."""
+    for args, env in ((("--concurrency", "0", "--webhook-concurrency", "0"), {}),
+                      (("--concurrency", "0"), {"LARGESSE_WEBHOOK_CONCURRENCY": "0"})):
+        for once in (("--once",), ()):  # (before: --once ran, the worker ran until stopped)
+            line = _one_line_error(_run(tmp_path, "worker", *args, *once, env=env))
+            assert "leaves the worker no thread to deliver with" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_lone_server_removes_its_metrics_folder_when_stopped(tmp_path):
     """With one process, uvicorn ended SIGTERM by raising it again: the process died before
     serve's cleanup, and each `make run` stopped left a /tmp/largesse-metrics-* behind."""

@@ -42,6 +42,12 @@ def worker(
     from largesse.delivery.worker import Worker
 
     settings = load_settings()
+    mail = settings.worker_concurrency if concurrency is None else concurrency
+    webhook = settings.webhook_concurrency if webhook_concurrency is None else webhook_concurrency
+    if mail == 0 and webhook == 0:
+        webhook_from = "--webhook-concurrency" if webhook_concurrency is not None else "LARGESSE_WEBHOOK_CONCURRENCY"
+        fail(f"--concurrency 0 with {webhook_from} 0 leaves the worker no thread to deliver with: "
+             "give either at least 1")
     check_mail_transport(settings)
     lower_priority(settings)  # a child of `largesse serve` yields the CPU to it (first: threads inherit it)
     bind_to_supervisor()  # ... and dies with it
