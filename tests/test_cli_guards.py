@@ -142,6 +142,15 @@ def test_a_worker_without_threads_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_jobs_retry_says_which_of_its_two_forms_to_give(tmp_path):
+    """Both a JOB_ID and --all-dead were told "give a JOB_ID or --all-dead"."""
+    both = _one_line_error(_run(tmp_path, "jobs", "retry", "1", "--all-dead"))
+    assert "give either a JOB_ID or --all-dead, not both" in both, both
+    neither = _one_line_error(_run(tmp_path, "jobs", "retry"))
+    assert "give a JOB_ID or --all-dead" in neither and "not both" not in neither, neither
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_lone_server_removes_its_metrics_folder_when_stopped(tmp_path):
     """With one process, uvicorn ended SIGTERM by raising it again: the process died before
     serve's cleanup, and each `make run` stopped left a /tmp/largesse-metrics-* behind."""

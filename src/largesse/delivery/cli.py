@@ -116,7 +116,9 @@ def jobs_retry(
     from largesse.delivery.models import jobs
     from largesse.orders.models import rewards
 
-    if (job_id is None) == (not all_dead):
+    if job_id is not None and all_dead:
+        fail("give either a JOB_ID or --all-dead, not both")
+    if job_id is None and not all_dead:
         fail("give a JOB_ID or --all-dead")
     with db.write(open_engine()) as conn:
         if all_dead:
