@@ -509,6 +509,26 @@ def test_org_fees_are_bounded_and_shown_without_options(org, engine, cli):
     assert _fees(engine, org.id) == (0, 0)
 
 
+def test_fee_and_threshold_amounts_say_zero_is_allowed_and_what_is_too_large(org, engine, cli):
+    """`org fees --flat` and `org approvals --above` take 0 but said "must be a plain positive
+    amount"; an amount of 21 digits was "not a plain amount", when its size was the problem."""
+    for command, option in ((("org", "fees"), "--flat"), (("org", "approvals"), "--above")):
+        line = _one_line_error(cli(*command, "--org", org.id, option, "-1", check=False))
+        assert f"{option} must be a plain amount of zero or more" in line and "positive" not in line, line
+    huge = "100000000000000000000"
+    line = _one_line_error(cli("org", "fees", "--org", org.id, "--flat", huge, check=False))
+    assert "--flat is too large: at most 100000.00" in line, line
+    line = _one_line_error(cli("org", "fees", "--org", org.id, "--flat", "100000.01", check=False))
+    assert "--flat is too large: at most 100000.00" in line, line
+    line = _one_line_error(cli("org", "approvals", "--org", org.id, "--above", huge, check=False))
+    assert "--above is too large: at most 100000000000.00" in line, line
+    line = _one_line_error(cli("balance", "fund", "--org", org.id, "--memo", "m", "--amount", "0", check=False))
+    assert "--amount must be greater than 0" in line, line  # a funding of nothing stays refused
+    cli("org", "fees", "--org", org.id, "--flat", "00")
+    assert _fees(engine, org.id)[1] == 0
+    assert "orders above 0.00 USD" in cli("org", "approvals", "--org", org.id, "--above", "0").stdout
+
+
 # --- item 5: money as it is written ---------------------------------------------------------------
 
 def test_invoice_payment_and_topup_credit_print_two_decimals(org, http, cli):

@@ -341,8 +341,8 @@ def org_fees(org: OrgOption,
         flat_cents = None
         if flat is not None:
             try:  # the same plain-text rule as --amount; 0 means no flat fee
-                flat_cents = 0 if flat in ("0", "0.0", "0.00") else parse_amount_text(
-                    flat, decimals=decimals_for(currency))
+                flat_cents = parse_amount_text(flat, decimals=decimals_for(currency),
+                                               max_cents=orgs.MAX_FEE_FLAT_CENTS, zero=True)
             except MoneyError as exc:
                 fail(f"--flat {exc}")
         try:
