@@ -232,11 +232,20 @@ BAD_CATALOGS = {
     "a list as fulfillment": json.dumps({"products": [_product("PLISTFULFIL01", fulfillment=["sandbox"])]}),
     "a list as category": json.dumps({"products": [_product("PLISTCATEG001", category=["charity"])]}),
     "nested 5,000 deep": '{"products": [' + "[" * 5000 + "]" * 5000 + "]}",
+    # `inventory import` then refused its codes ("one fixed value"): refused here, naming it
+    "inventory over a range": json.dumps({"products": [_product("PINVRANGE00001", fulfillment="inventory", skus=[
+        {"min": 5, "max": 500, "currency_code": "USD"}])]}),
+    "inventory in two currencies": json.dumps({"products": [_product("PINVTWOCUR0001", fulfillment="inventory", skus=[
+        {"min": 25, "max": 25, "currency_code": "USD"}, {"min": 25, "max": 25, "currency_code": "EUR"}])]}),
 }
 
 
 @pytest.mark.parametrize(("name", "message"), [("a null entry", "products[0] must be an object, not NoneType"),
-                                               ("a missing key", "products[0]: the key 'category' is missing")])
+                                               ("a missing key", "products[0]: the key 'category' is missing"),
+                                               ("inventory over a range", "product PINVRANGE00001 has fulfillment "
+                                                "inventory but is offered at 5.00-500.00 USD: a code carries no "
+                                                "value of its own, so inventory serves only a product of one fixed "
+                                                "value")])
 def test_products_import_names_what_is_wrong(cli, tmp_path, name, message):
     path = tmp_path / "bad.json"
     path.write_text(BAD_CATALOGS[name])

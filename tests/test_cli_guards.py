@@ -110,6 +110,8 @@ def test_serve_on_a_port_in_use_is_one_line_and_starts_nothing(tmp_path):
     ({"LARGESSE_SMTP_URL": "smtp://127.0.0.1:2525?starttls=maybe"}, "starttls must be one of"),
     ({"LARGESSE_SMTP_URL": "smtp://127.0.0.1:2525?tls=1"}, "takes one query parameter, starttls; not tls"),
     ({"LARGESSE_MAIL_DIR": "/proc/largesse-no-such-dir"}, "cannot deliver email"),
+    ({"LARGESSE_SMTP_URL": "smtp://"}, "names no host"),  # silently localhost:25
+    ({"LARGESSE_SMTP_URL": "smtps://user:pw@:465"}, "names no host"),
 ])
 def test_a_transport_that_cannot_send_stops_worker_and_serve_in_one_line(tmp_path, setting, expected):
     """Every delivery thread died with a traceback and the worker exited 0 (no restart by a
@@ -127,6 +129,26 @@ def test_a_transport_that_cannot_send_stops_worker_and_serve_in_one_line(tmp_pat
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_worker_without_threads_is_refused(tmp_path):
+    """`worker --concurrency 0 --webhook-concurrency 0` started anyway (with a thread the
+    operator had not asked for)."""
+    for args, env in ((("--concurrency", "0", "--webhook-concurrency", "0"), {}),
+                      (("--concurrency", "0"), {"LARGESSE_WEBHOOK_CONCURRENCY": "0"})):
+        for once in (("--once",), ()):  # (before: --once ran, the worker ran until stopped)
+            line = _one_line_error(_run(tmp_path, "worker", *args, *once, env=env))
+            assert "leaves the worker no thread to deliver with" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jobs_retry_says_which_of_its_two_forms_to_give(tmp_path):
+    """Both a JOB_ID and --all-dead were told "give a JOB_ID or --all-dead"."""
+    both = _one_line_error(_run(tmp_path, "jobs", "retry", "1", "--all-dead"))
+    assert "give either a JOB_ID or --all-dead, not both" in both, both
+    neither = _one_line_error(_run(tmp_path, "jobs", "retry"))
+    assert "give a JOB_ID or --all-dead" in neither and "not both" not in neither, neither
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_lone_server_removes_its_metrics_folder_when_stopped(tmp_path):
@@ -212,6 +234,22 @@ def test_db_upgrade_creates_a_new_database_and_says_so(tmp_path):
     listed = _run(tmp_path, "org", "list")
     assert listed.returncode == 0 and listed.stdout.strip() == "no organizations"
 
+def test_operations_doc_shows_what_db_upgrade_and_readyz_print_now(tmp_path):
+    """docs/operations.md showed revision 0022 and `db upgrade` lines without the database URL
+    the command appends: its examples are the current head and the command's own lines."""
+    from largesse.migrate import shipped_head
+
+    doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    head = shipped_head()
+    created = _run(tmp_path, "db", "upgrade").stdout.strip()
+    again = _run(tmp_path, "db", "upgrade").stdout.strip()
+    assert created == f"created the database schema at revision {head}: sqlite:///var/largesse.sqlite3"
+    assert again == f"database is up to date (revision {head}): sqlite:///var/largesse.sqlite3"
+    assert created in doc and again in doc
+    assert f"migrated the database from revision 0022 to {head}: postgresql://largesse:***@db" in doc
+    assert f'"migration":"{head}"' in doc and f"{head} at the time of writing" in doc
+
+
 def test_commands_starting_together_on_a_new_sqlite_database_wait_for_each_other(tmp_path):
     """serve, worker and org create started at once on an empty folder: one migrated and the
     others failed with "database is locked" (PostgreSQL's upgrades already waited)."""
@@ -280,10 +318,22 @@ def test_an_unusable_database_url_is_one_line_without_its_password(tmp_path):
     ("LARGESSE_PUBLIC_URL", "127.0.0.1:8615", "http:// or https://"),  # links without a scheme in every email
     ("LARGESSE_PUBLIC_URL", "http://127.0.0.1:8615?x=1", "without query"),  # ...?x=1/redeem/...
     ("LARGESSE_PUBLIC_URL", "https://", "with a host"),
+    # every reward email failed for good on its first attempt, every reward FAILED
+    ("LARGESSE_MAIL_FROM", "notanaddress", "must be an email address"),
+    ("LARGESSE_MAIL_FROM", "rewards@localhost", "must be an email address"),
+    ("LARGESSE_MAIL_FROM", "Rewards <rewards@example.com>", "LARGESSE_MAIL_FROM_NAME"),
 ])
 def test_a_setting_out_of_its_values_is_one_line(tmp_path, name, value, expected):
     line = _one_line_error(_run(tmp_path, "org", "list", env={name: value}))
     assert name in line and repr(value) in line and (expected is None or expected in line), line
+
+
+def test_serve_and_worker_refuse_a_mail_from_that_is_not_an_address(tmp_path):
+    """LARGESSE_MAIL_FROM=notanaddress started; then each reward email failed permanently."""
+    for command in (("worker", "--once"), ("serve", "--port", str(free_port()))):
+        line = _one_line_error(_run(tmp_path, *command, env={"LARGESSE_MAIL_FROM": "notanaddress"}))
+        assert "LARGESSE_MAIL_FROM must be an email address" in line, (command, line)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_on_off_settings_take_any_capitals():
@@ -307,6 +357,8 @@ def test_on_off_settings_take_any_capitals():
     # A public URL under a path is a base like any other; its trailing slash goes.
     assert Settings.from_env({"LARGESSE_PUBLIC_URL": "https://rewards.example.com/largesse/"}).public_url == \
         "https://rewards.example.com/largesse"
+    assert Settings.from_env({}).mail_from == "rewards@largesse.localhost"
+    assert Settings.from_env({"LARGESSE_MAIL_FROM": "gifts@mail.example.com"}).mail_from == "gifts@mail.example.com"
 
 
 def test_names_from_api_clients_reach_the_terminal_escaped(org, http, cli):
@@ -356,6 +408,28 @@ def test_a_migration_that_fails_is_one_line(tmp_path, backend):
             conn.execute("UPDATE alembic_version SET version_num = '0021'")
         line = _one_line_error(_run(tmp_path, "db", "upgrade", env=env))
         assert line.startswith("error: migrating the database") and "already exists" in line, line
+
+
+def test_a_database_at_an_unknown_revision_is_one_line_and_serve_does_not_start(tmp_path):
+    """A database a newer Largesse migrated (a package rolled back, a newer backup restored):
+    Alembic's "Can't locate revision" was a traceback box on every command, two from serve."""
+    import sqlite3
+
+    from largesse.migrate import shipped_head
+
+    env = {"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'newer.sqlite3'}"}
+    assert _run(tmp_path, "db", "upgrade", env=env).returncode == 0
+    with sqlite3.connect(tmp_path / "newer.sqlite3") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0099'")
+    port = free_port()
+    for command in (("org", "list"), ("db", "upgrade"), ("ledger", "verify"), ("worker", "--once"),
+                    ("serve", "--port", str(port))):
+        line = _one_line_error(_run(tmp_path, *command, env=env))
+        assert (f"the database is at revision 0099, which this version of Largesse does not know "
+                f"(its newest is {shipped_head()})") in line, (command, line)
+    assert not _wait_for_health(port, timeout=0.5), "serve started"
+    with sqlite3.connect(tmp_path / "newer.sqlite3") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0099",)]
 
 
 def test_a_query_password_in_the_database_url_is_masked(tmp_path):
@@ -435,6 +509,26 @@ def test_org_fees_are_bounded_and_shown_without_options(org, engine, cli):
     assert _fees(engine, org.id) == (0, 0)
 
 
+def test_fee_and_threshold_amounts_say_zero_is_allowed_and_what_is_too_large(org, engine, cli):
+    """`org fees --flat` and `org approvals --above` take 0 but said "must be a plain positive
+    amount"; an amount of 21 digits was "not a plain amount", when its size was the problem."""
+    for command, option in ((("org", "fees"), "--flat"), (("org", "approvals"), "--above")):
+        line = _one_line_error(cli(*command, "--org", org.id, option, "-1", check=False))
+        assert f"{option} must be a plain amount of zero or more" in line and "positive" not in line, line
+    huge = "100000000000000000000"
+    line = _one_line_error(cli("org", "fees", "--org", org.id, "--flat", huge, check=False))
+    assert "--flat is too large: at most 100000.00" in line, line
+    line = _one_line_error(cli("org", "fees", "--org", org.id, "--flat", "100000.01", check=False))
+    assert "--flat is too large: at most 100000.00" in line, line
+    line = _one_line_error(cli("org", "approvals", "--org", org.id, "--above", huge, check=False))
+    assert "--above is too large: at most 100000000000.00" in line, line
+    line = _one_line_error(cli("balance", "fund", "--org", org.id, "--memo", "m", "--amount", "0", check=False))
+    assert "--amount must be greater than 0" in line, line  # a funding of nothing stays refused
+    cli("org", "fees", "--org", org.id, "--flat", "00")
+    assert _fees(engine, org.id)[1] == 0
+    assert "orders above 0.00 USD" in cli("org", "approvals", "--org", org.id, "--above", "0").stdout
+
+
 # --- item 5: money as it is written ---------------------------------------------------------------
 
 def test_invoice_payment_and_topup_credit_print_two_decimals(org, http, cli):
@@ -483,7 +577,8 @@ def _serve_output(tmp_path: Path, env: dict) -> str:
     """stderr of `largesse serve` on a new SQLite database, up to the moment it listens."""
     port = free_port()
     log = tmp_path / f"serve-{port}.log"
-    full_env = {k: v for k, v in os.environ.items() if k not in ("LARGESSE_SECRET_KEY", "PROMETHEUS_MULTIPROC_DIR")}
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("LARGESSE_SECRET_KEY", "LARGESSE_PUBLIC_URL", "PROMETHEUS_MULTIPROC_DIR")}
     full_env.update({"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'prod.sqlite3'}", "LARGESSE_RUN_WORKER": "0",
                      "LARGESSE_MAIL_DIR": str(tmp_path / "mail"), **env})
     with open(log, "w") as out:
@@ -506,6 +601,34 @@ def test_serve_in_production_warns_once_without_a_secret_key(tmp_path):
     assert len(unset) == 1 and "WARNING" in unset[0] and "Production must set LARGESSE_SECRET_KEY" in unset[0]
     quiet = _serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "production", "LARGESSE_SECRET_KEY": "s3cret-value"})
     assert "LARGESSE_SECRET_KEY" not in quiet and "s3cret-value" not in quiet
+
+
+def test_serve_and_worker_in_production_warn_once_without_a_public_url(tmp_path):
+    """Reward emails of a production server without LARGESSE_PUBLIC_URL linked to
+    http://127.0.0.1:PORT (a separate worker's to :8000, whatever port serve used), silently."""
+    def unset(output: str) -> list[str]:
+        return [line for line in output.splitlines() if "LARGESSE_PUBLIC_URL is unset" in line]
+
+    lines = unset(_serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "production"}))
+    assert len(lines) == 1 and "WARNING" in lines[0] and "http://127.0.0.1:" in lines[0], lines
+    assert "Production must set LARGESSE_PUBLIC_URL" in lines[0]
+    public = {"LARGESSE_PUBLIC_URL": "https://rewards.example.com"}
+    assert not unset(_serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "production", **public}))
+    assert not unset(_serve_output(tmp_path, {"LARGESSE_ENVIRONMENT": "sandbox"}))
+
+    env = {k: v for k, v in os.environ.items() if k != "LARGESSE_PUBLIC_URL"}
+    env.update({"LARGESSE_DATABASE_URL": f"sqlite:///{tmp_path / 'worker.sqlite3'}",
+                "LARGESSE_ENVIRONMENT": "production", "LARGESSE_MAIL_DIR": str(tmp_path / "mail")})
+
+    def worker(extra: dict) -> subprocess.CompletedProcess:
+        return subprocess.run([LARGESSE, "worker", "--once"], env={**env, **extra}, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+
+    done = worker({})
+    assert done.returncode == 0 and len(lines := unset(done.stderr)) == 1, done.stderr
+    assert "http://127.0.0.1:8000" in lines[0]
+    assert not unset(worker(public).stderr)
+    assert not unset(worker({"LARGESSE_ENVIRONMENT": "sandbox"}).stderr)
 
 
 # --- help texts ---------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from largesse.cli_common import (
     require_org,
     shown,
     shown_url,
+    warn_without_public_url,
 )
 from largesse.money import amount_in, format_amount
 
@@ -65,7 +66,8 @@ def serve(
 
     # Each API process takes its share of LARGESSE_DB_CONCURRENCY (Settings.db_slots).
     os.environ["LARGESSE_API_PROCESSES"] = str(workers)
-    if not os.environ.get("LARGESSE_PUBLIC_URL"):
+    public_url_set = bool(os.environ.get("LARGESSE_PUBLIC_URL"))
+    if not public_url_set:
         # Links in emails and responses point at this server (the API processes and the
         # delivery children inherit it); behind a proxy or on another name, set it.
         os.environ["LARGESSE_PUBLIC_URL"] = default_public_url(host, port)
@@ -93,6 +95,7 @@ def serve(
             "LARGESSE_SECRET_KEY is unset: webhook signing keys and held bank details are encrypted with a "
             "secret generated into %s and the redemption pages' CSRF key is kept in the database. Production must set "
             "LARGESSE_SECRET_KEY (the same value in every process).", key_file_path(settings.database_url))
+    warn_without_public_url(settings, public_url_set, "serve")
     supervisor = None
     if workers > 1:
         # The API processes die with this one, even when it is killed (SIGKILL): uvicorn's
@@ -338,8 +341,8 @@ def org_fees(org: OrgOption,
         flat_cents = None
         if flat is not None:
             try:  # the same plain-text rule as --amount; 0 means no flat fee
-                flat_cents = 0 if flat in ("0", "0.0", "0.00") else parse_amount_text(
-                    flat, decimals=decimals_for(currency))
+                flat_cents = parse_amount_text(flat, decimals=decimals_for(currency),
+                                               max_cents=orgs.MAX_FEE_FLAT_CENTS, zero=True)
             except MoneyError as exc:
                 fail(f"--flat {exc}")
         try:

@@ -98,6 +98,7 @@ def open_engine(settings: Settings | None = None, *, prepare: bool = True, creat
     URL, a SQLite file that does not exist (unless `create`: the commands that may start a new
     database) and a database that cannot be reached."""
     from largesse.bootstrap import prepare as prepare_db
+    from largesse.migrate import MigrationError
 
     settings = settings or load_settings()
     url = database_url(settings)
@@ -116,6 +117,8 @@ def open_engine(settings: Settings | None = None, *, prepare: bool = True, creat
             # (docs/operations.md).
             fail(f"migrating the database {shown_url(settings.database_url)} failed: {unavailable_reason(exc)}")
         database_unavailable(exc, settings)
+    except MigrationError as exc:  # a database at a revision this version does not know, ...
+        fail(str(exc))
     except OSError as exc:  # the SQLite file's folder cannot be created
         fail(f"cannot create the database {shown_url(settings.database_url)}: {exc.strerror or exc}")
     return engine
@@ -183,6 +186,21 @@ def check_mail_transport(settings: Settings) -> None:
         open_transport(settings).close()
     except (ValueError, OSError) as exc:
         fail(f"cannot deliver email: {exc}")
+
+
+def warn_without_public_url(settings: Settings, public_url_set: bool, process: str) -> None:
+    """Production with LARGESSE_PUBLIC_URL unset: one warning line as `serve` or `worker` starts
+    (after logging is configured), as for LARGESSE_SECRET_KEY. Every reward and sign-in email's
+    link named http://127.0.0.1:PORT (a worker's default port 8000, whatever port serve used),
+    without a word."""
+    import logging
+
+    if settings.sandbox or public_url_set:
+        return
+    logging.getLogger(f"largesse.{process}").warning(
+        "LARGESSE_PUBLIC_URL is unset: links in reward and sign-in emails and on pages name %s. Production must "
+        "set LARGESSE_PUBLIC_URL to the address recipients reach this server at (the same value in every "
+        "process).", settings.public_url)
 
 
 def bounded(value: str | None, option: str, max_length: int = 200) -> str | None:

@@ -153,7 +153,7 @@ class Settings:
             reward_list_timestamps=timestamps,
             smtp_url=get("SMTP_URL"),
             mail_dir=get("MAIL_DIR", "var/mail"),
-            mail_from=get("MAIL_FROM", "rewards@largesse.localhost"),
+            mail_from=_mail_from(get("MAIL_FROM", "rewards@largesse.localhost")),
             mail_from_name=get("MAIL_FROM_NAME", "Largesse Rewards"),
             sms_url=get("SMS_URL"),
             run_worker=_flag(get("RUN_WORKER", "1"), "RUN_WORKER"),
@@ -236,6 +236,20 @@ def _public_url(raw: str) -> str:
         raise ValueError(f"LARGESSE_PUBLIC_URL must be an http:// or https:// URL with a host, without query or "
                          f"fragment (the base of every link in emails and pages), not {raw!r}")
     return raw.rstrip("/")
+
+
+def _mail_from(raw: str) -> str:
+    """The sender address of every email, by the rule every address follows (email_address.py):
+    a bad one was taken at start, then every reward email failed for good on its first attempt
+    ("cannot build the message") and every reward went FAILED. The name is
+    LARGESSE_MAIL_FROM_NAME's, not a "Name <address>" here."""
+    from largesse import email_address
+
+    if not email_address.valid(raw):
+        hint = " (the sender's name goes in LARGESSE_MAIL_FROM_NAME)" if "<" in raw else ""
+        raise ValueError(f"LARGESSE_MAIL_FROM must be an email address such as rewards@example.com{hint}, "
+                         f"not {raw!r}")
+    return raw
 
 
 def _seconds(raw: str, name: str, *, zero: bool = False) -> float:

@@ -26,6 +26,16 @@ ADVISORY_LOCK_ID = 7_245_811_903
 _REVISION_LINE = re.compile(r"^(revision|down_revision)\b[^=\n]*=\s*['\"]?([^'\"\s]+)", re.MULTILINE)
 
 
+class MigrationError(RuntimeError):
+    """A migration that cannot or must not run; its message is the operator's one line."""
+
+
+def shipped_revisions() -> set[str]:
+    """Every revision this version ships, read from the scripts' text (as shipped_head)."""
+    return {found["revision"] for path in (MIGRATIONS / "versions").glob("*.py")
+            if "revision" in (found := dict(_REVISION_LINE.findall(path.read_text())))}
+
+
 def shipped_head() -> str | None:
     """The newest shipped revision, read from the scripts' text without importing them (or
     Alembic): the one revision that no script names as its down_revision; None if that is
@@ -162,6 +172,13 @@ def _upgrade(engine: Engine, revision: str) -> None:
             # Read in the migration's own transaction (which Alembic then joins, committed below
             # after the checks): a failure rolls every step back, as one transaction.
             found = current_revision(conn)
+            if found is not None and found not in shipped_revisions():
+                # A newer Largesse migrated it (a package rolled back, a newer backup restored):
+                # Alembic's "Can't locate revision" was a traceback on every command.
+                raise MigrationError(
+                    f"the database is at revision {found}, which this version of Largesse does not know "
+                    f"(its newest is {shipped_head() or alembic_head()}): run the newer Largesse, "
+                    "or restore a backup made by this one")
             # Rows that pointed nowhere before are not the migration's doing (nor its to refuse).
             broken_before = _broken_foreign_keys(conn) if sqlite and foreign_keys else set()
             cfg = alembic_config()
@@ -170,7 +187,7 @@ def _upgrade(engine: Engine, revision: str) -> None:
             if sqlite and foreign_keys:  # (a connection that enforces none, some tests', checks none)
                 broken = sorted(_broken_foreign_keys(conn) - broken_before)
                 if broken:
-                    raise RuntimeError(f"the migration to {revision} left {len(broken)} rows whose foreign keys "
+                    raise MigrationError(f"the migration to {revision} left {len(broken)} rows whose foreign keys "
                                        f"point nowhere (first: {tuple(broken[0])}); nothing was changed")
             left = current_revision(conn)
             conn.commit()

@@ -95,19 +95,23 @@ def to_cents(value: int | Decimal | str | float, *, decimals: int = 2) -> int:
     return result
 
 
-def parse_amount_text(text: str, *, decimals: int = 2, max_cents: int = MAX_CENTS) -> int:
+def parse_amount_text(text: str, *, decimals: int = 2, max_cents: int = MAX_CENTS, zero: bool = False) -> int:
     """An operator's amount (`--amount 250.00`): plain positive decimal text only, e.g. not
-    `1_000`, `1e3`, ` 5`, `-5` or `0`; at most `decimals` decimals; at most max_cents."""
+    `1_000`, `1e3`, ` 5`, `-5` or `0` (`0` too with zero: a fee or a threshold of none); at
+    most `decimals` decimals; at most max_cents, "too large" however many digits it has."""
     fraction = "" if decimals == 0 else r"(?:\.[0-9]{1,%s})?" % decimals  # noqa: UP031
-    pattern = r"[0-9]{1,15}" + fraction
-    if not re.fullmatch(pattern, text):
+    if not re.fullmatch(r"[0-9]+" + fraction, text):
         example = "250" if decimals == 0 else "250.00"
-        raise MoneyError(f"must be a plain positive amount with {_unit(decimals)}, like {example} (got {text!r})")
+        kind = "amount of zero or more" if zero else "positive amount"
+        raise MoneyError(f"must be a plain {kind} with {_unit(decimals)}, like {example} (got {text!r})")
+    too_large = f"is too large: at most {format_amount(max_cents, decimals=decimals)}"
+    # (Before to_cents, whose own "is too large" names no maximum; the digit count first, so
+    # a thousand digits are not read as a number at all.)
+    if len(text.partition(".")[0].lstrip("0")) > 15 or Decimal(text).scaleb(2) > max_cents:
+        raise MoneyError(too_large)
     cents = to_cents(Decimal(text), decimals=decimals)
-    if cents <= 0:
+    if cents <= 0 and not zero:
         raise MoneyError("must be greater than 0")
-    if cents > max_cents:
-        raise MoneyError(f"must be at most {to_wire(max_cents)}")
     return cents
 
 

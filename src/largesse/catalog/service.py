@@ -14,7 +14,7 @@ from sqlalchemy import Connection, bindparam, select
 from largesse import codes
 from largesse.catalog.models import products
 from largesse.ids import ALPHABET
-from largesse.money import MoneyError, decimals_for, loads_exact, to_cents, to_wire
+from largesse.money import MoneyError, amount_in, decimals_for, loads_exact, to_cents, to_wire
 from largesse.timeutil import utcnow
 
 CATEGORIES = {"ach", "charity", "instant_debit_transfer", "merchant_card", "paypal", "venmo", "visa_card",
@@ -217,6 +217,14 @@ def _parse_product(item: dict) -> dict:
     recipient_details = item.get("recipient_details", DEFAULT_RECIPIENT_DETAILS.get(category))
     if not isinstance(recipient_details, (str, type(None))) or recipient_details not in RECIPIENT_DETAILS:
         raise CatalogError(f"recipient_details must be us_bank_account or null, not {recipient_details!r}")
+    if fulfillment == "inventory" and not (len(skus) == 1 and skus[0]["min_cents"] == skus[0]["max_cents"]):
+        # What redemption.inventory.card_value serves: `inventory import` refused the codes of a
+        # product this import had taken, and every reward of it waited for codes that never came.
+        offered = ", ".join(f"{amount_in(s['min_cents'], s['currency_code'])}-"
+                            f"{amount_in(s['max_cents'], s['currency_code'])} {s['currency_code']}" for s in skus)
+        raise CatalogError(f"product {pid} has fulfillment inventory but is offered at {offered}: a code carries "
+                           "no value of its own, so inventory serves only a product of one fixed value in one "
+                           "currency (one SKU whose min is its max); make a product per card value")
     return {
         "id": pid,
         "name": str(item["name"]),

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Annotated
 
 import typer
 
 from largesse import db
-from largesse.cli_common import check_mail_transport, emit, fail, load_settings, open_engine, require_org, shown
+from largesse.cli_common import (
+    check_mail_transport,
+    emit,
+    fail,
+    load_settings,
+    open_engine,
+    require_org,
+    shown,
+    warn_without_public_url,
+)
 from largesse.config import MAX_EXPIRY_DAYS, MAX_THREADS_OR_PROCESSES
 
 jobs_app = typer.Typer(help="The delivery job queue (emails, expiry sweeps).", no_args_is_help=True)
@@ -32,12 +42,20 @@ def worker(
     from largesse.delivery.worker import Worker
 
     settings = load_settings()
+    mail = settings.worker_concurrency if concurrency is None else concurrency
+    webhook = settings.webhook_concurrency if webhook_concurrency is None else webhook_concurrency
+    if mail == 0 and webhook == 0:
+        webhook_from = "--webhook-concurrency" if webhook_concurrency is not None else "LARGESSE_WEBHOOK_CONCURRENCY"
+        fail(f"--concurrency 0 with {webhook_from} 0 leaves the worker no thread to deliver with: "
+             "give either at least 1")
     check_mail_transport(settings)
     lower_priority(settings)  # a child of `largesse serve` yields the CPU to it (first: threads inherit it)
     bind_to_supervisor()  # ... and dies with it
     from largesse.ops import logs
 
     logs.configure(settings.log_format, settings.log_level)  # same redacting text/JSON lines as `serve`
+    # (a child of `serve` inherits serve's LARGESSE_PUBLIC_URL, so serve alone warns then)
+    warn_without_public_url(settings, bool(os.environ.get("LARGESSE_PUBLIC_URL")), "delivery")
     engine = open_engine(settings, create=True)  # a worker may be the first process on a new database
     w = Worker(engine, settings, concurrency=concurrency, webhook_concurrency=webhook_concurrency)
     if once:
@@ -98,7 +116,9 @@ def jobs_retry(
     from largesse.delivery.models import jobs
     from largesse.orders.models import rewards
 
-    if (job_id is None) == (not all_dead):
+    if job_id is not None and all_dead:
+        fail("give either a JOB_ID or --all-dead, not both")
+    if job_id is None and not all_dead:
         fail("give a JOB_ID or --all-dead")
     with db.write(open_engine()) as conn:
         if all_dead:

@@ -143,7 +143,10 @@ class SmtpTransport:
         self.starttls = on_off(query["starttls"][-1]) if "starttls" in query else False
         if self.starttls is None:
             raise ValueError(f"LARGESSE_SMTP_URL's starttls must be {ON_OFF_WORDS}, not {query['starttls'][-1]!r}")
-        self.host = parts.hostname or "localhost"
+        if not parts.hostname:  # smtp:// alone silently meant localhost:25
+            raise ValueError(f"LARGESSE_SMTP_URL names no host: use {parts.scheme}://HOST:PORT, "
+                             f"e.g. {parts.scheme}://127.0.0.1:{465 if parts.scheme == 'smtps' else 25}")
+        self.host = parts.hostname
         self.port = parts.port or (465 if self.ssl else 25)
         self.user = unquote(parts.username) if parts.username else None
         self.password = unquote(parts.password) if parts.password else None

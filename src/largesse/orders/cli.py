@@ -46,8 +46,7 @@ def org_approvals(
         row = require_org(conn, org)
         if above is not None:  # in the organization's currency and its decimals (whole yen for JPY)
             try:
-                above_cents = 0 if above in ("0", "0.0", "0.00") else parse_amount_text(
-                    above, decimals=decimals_for(row.currency_code))
+                above_cents = parse_amount_text(above, decimals=decimals_for(row.currency_code), zero=True)
             except MoneyError as exc:
                 fail(f"--above {exc}")
         policy = approvals.get_policy(conn, org)
