@@ -99,3 +99,25 @@ def test_a_held_gift_card_stores_no_details(org, engine, http):
     reward_id, link = link_reward(org, products=(GIFT_CARD,))
     assert "under review" in redeem(link, ip=ip)
     assert _stored(engine, reward_id) is None
+
+
+def test_held_details_that_cannot_be_read_are_a_422_and_the_review_can_still_be_blocked(org, engine, http,
+                                                                                         base_settings):
+    """Sealed under the server's key but not a bank account (a bad write): the release answered
+    500. Not a token at all, or none stored (held before migration 0027): 422 too. Either way
+    nothing is paid, the review stays flagged, and a block refunds it."""
+    from largesse import crypto
+
+    box = crypto.keybox(base_settings, crypto.RECIPIENT_DETAILS)
+    for stored in (box.encrypt('{"kind": "us_bank_account"}'), box.encrypt("[]"), "not-a-fernet-token", None):
+        reward_id, _ = _held_bank_deposit(org, http)
+        with db.write(engine) as conn:
+            conn.execute(text("UPDATE fraud_reviews SET encrypted_details = :s WHERE reward_id = :id"),
+                         {"s": stored, "id": reward_id})
+        refused = http.put(f"/fraud_reviews/{reward_id}/release")
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["errors"]["payload"]["id"], refused.text
+        assert payout_count(engine, reward_id) == 0
+        assert http.get(f"/fraud_reviews/{reward_id}").json()["fraud_review"]["status"] == "flagged"
+        assert http.put(f"/fraud_reviews/{reward_id}/block").status_code == 200
+        assert refund_count(engine, reward_id) == 1 and _stored(engine, reward_id) is None

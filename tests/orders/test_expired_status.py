@@ -134,7 +134,7 @@ def test_a_reward_that_cannot_expire_does_not_stop_the_others(org, http, engine,
             conn.exec_driver_sql(f"CREATE TRIGGER poisoned BEFORE UPDATE ON rewards FOR EACH ROW "
                                  f"WHEN (NEW.id = '{first}') EXECUTE FUNCTION poisoned()")
     try:
-        with pytest.raises(RuntimeError, match="1 reward"):
+        with pytest.raises(delivery.ExpiryFailed, match="1 reward"):
             delivery.expire_due(engine)
         assert (stored_status(engine, first), refund_count(engine, first)) == ("ACTIVE", 0)
         assert (stored_status(engine, second), refund_count(engine, second)) == ("EXPIRED", 1)

@@ -67,6 +67,8 @@ def test_a_valid_account_is_sent_to_the_provider_and_only_its_last_digits_kept(o
     ("routing_number", "", "Enter the 9-digit routing number"),
     ("routing_number", "12345", "9 digits"),
     ("routing_number", "021000022", "not a valid routing number"),
+    ("routing_number", "000000000", "not a valid routing number"),  # its check digits sum to 0
+    ("routing_number", "500000002", "not a valid routing number"),  # no bank uses the prefix 50
     ("account_number", "", "Enter the account number"),
     ("account_number", "123", "4 to 17 digits"),
     ("account_number", "12345678901234567890", "4 to 17 digits"),

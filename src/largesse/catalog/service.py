@@ -15,6 +15,7 @@ from largesse import codes
 from largesse.catalog.models import products
 from largesse.ids import ALPHABET
 from largesse.money import MoneyError, amount_in, decimals_for, loads_exact, to_cents, to_wire
+from largesse.redemption import recipient
 from largesse.timeutil import utcnow
 
 CATEGORIES = {"ach", "charity", "instant_debit_transfer", "merchant_card", "paypal", "venmo", "visa_card",
@@ -25,8 +26,7 @@ SUBCATEGORIES = {"beauty_and_health", "digital_financial_services", "electronics
 FULFILLMENT_PROVIDERS = {"sandbox", "inventory", None}
 # What a recipient must give on the redemption page before the product can be paid
 # (redemption.recipient); an "ach" product defaults to a US bank account.
-RECIPIENT_DETAILS = {"us_bank_account", None}
-DEFAULT_RECIPIENT_DETAILS = {"ach": "us_bank_account"}
+DEFAULT_RECIPIENT_DETAILS = {"ach": recipient.US_BANK_ACCOUNT}  # what an ach product asks, unless it says
 IMAGE_TYPES = ("card", "logo")  # API.md §5 ImageType: the wire carries no other value
 
 
@@ -215,8 +215,9 @@ def _parse_product(item: dict) -> dict:
     if not isinstance(fulfillment, (str, type(None))) or fulfillment not in FULFILLMENT_PROVIDERS:
         raise CatalogError(f"fulfillment must be one of sandbox, inventory or null, not {fulfillment!r}")
     recipient_details = item.get("recipient_details", DEFAULT_RECIPIENT_DETAILS.get(category))
-    if not isinstance(recipient_details, (str, type(None))) or recipient_details not in RECIPIENT_DETAILS:
-        raise CatalogError(f"recipient_details must be us_bank_account or null, not {recipient_details!r}")
+    if recipient_details is not None and recipient_details not in recipient.KINDS:
+        raise CatalogError(f"recipient_details must be {' or '.join(sorted(recipient.KINDS))} or null, "
+                           f"not {recipient_details!r}")
     if fulfillment == "inventory" and not (len(skus) == 1 and skus[0]["min_cents"] == skus[0]["max_cents"]):
         # What redemption.inventory.card_value serves: `inventory import` refused the codes of a
         # product this import had taken, and every reward of it waited for codes that never came.

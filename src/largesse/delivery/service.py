@@ -45,14 +45,24 @@ def refund(conn: Connection, reward, *, memo: str) -> int:
     amount = reward.charged_cents
     if amount is None:
         amount = reward.denomination_cents + reward.fee_cents
-    if amount == 0:  # charged nothing (a conversion that rounded to 0, refused since): nothing to give back
-        return 0
-    source_id = conn.execute(select(orders.c.funding_source_id).where(orders.c.id == reward.order_id)).scalar_one()
-    funding.credit(conn, funding_source_id=source_id, organization_id=reward.organization_id, amount_cents=amount,
-                   kind=REFUND_KIND, memo=memo, order_id=reward.order_id, reward_id=reward.id)
+    if amount:  # charged nothing (a conversion that rounded to 0, refused since): nothing to give back
+        source_id = conn.execute(select(orders.c.funding_source_id).where(orders.c.id == reward.order_id)
+                                 ).scalar_one()
+        funding.credit(conn, funding_source_id=source_id, organization_id=reward.organization_id,
+                       amount_cents=amount, kind=REFUND_KIND, memo=memo, order_id=reward.order_id,
+                       reward_id=reward.id)
+    # Even of 0: this update's row lock is what serializes concurrent cancels of an order's
+    # rewards (cancel_in's last-reward check).
     conn.execute(update(orders).where(orders.c.id == reward.order_id)
                  .values(refund_cents=orders.c.refund_cents + amount))
     return amount
+
+
+def _forget_held_details(conn: Connection, reward_id: str) -> None:
+    """A canceled or expired reward's held redemption (fraud review) keeps no recipient details."""
+    from largesse.fraud.service import forget_details
+
+    forget_details(conn, reward_id)
 
 
 def _drop_queued_deliveries(conn: Connection, reward_id: str, why: str) -> None:
@@ -115,6 +125,7 @@ def cancel_in(conn: Connection, reward, *, at, memo: str, failed_delivery: bool 
         return None
     amount = refund(conn, reward, memo=memo)
     _drop_queued_deliveries(conn, reward.id, why)
+    _forget_held_details(conn, reward.id)
     events = [("REWARDS.CANCELED", reward.id)]
     # refund() updated the order's row, so concurrent cancels of its rewards queue on that
     # row lock and the last one sees every other reward canceled here.
@@ -266,7 +277,8 @@ def expire_due(engine: Engine, *, now=None) -> int:
 
     A reward whose expiry fails (its transaction rolled back) is passed over for the rest of the
     run, so that the rewards after it, of every organization, are still refunded; the run then
-    raises, and the job's retry tries that reward again (it ended every run at that reward)."""
+    raises ExpiryFailed, and the next run tries that reward again (it ended every run at that
+    reward)."""
     now = now or utcnow()
     expired = 0
     failed: dict[str, Exception] = {}
@@ -284,6 +296,7 @@ def expire_due(engine: Engine, *, now=None) -> int:
                         continue  # redeemed or canceled meanwhile, or another worker expired it
                     refund(conn, row, memo=f"reward {reward_id} expired")
                     _drop_queued_deliveries(conn, reward_id, "reward expired")
+                    _forget_held_details(conn, reward_id)
                     expired += 1
             except Exception as exc:
                 if db.is_unavailable(exc):
@@ -293,9 +306,17 @@ def expire_due(engine: Engine, *, now=None) -> int:
         if len(ids) < EXPIRE_BATCH:
             break
     if failed:
-        raise RuntimeError(f"{len(failed)} reward(s) could not be expired (first: {next(iter(failed))}); "
-                           f"{expired} others were") from next(iter(failed.values()))
+        raise ExpiryFailed(expired, list(failed)) from next(iter(failed.values()))
     return expired
+
+
+class ExpiryFailed(RuntimeError):
+    """expire_due's run ended with rewards it could not expire (each logged with its error);
+    `expired` others were expired and refunded."""
+
+    def __init__(self, expired: int, failed: list[str]):
+        self.expired, self.failed = expired, failed
+        super().__init__(f"{len(failed)} reward(s) could not be expired (first: {failed[0]}); {expired} others were")
 
 
 def _expiry_of(org: str, campaign_id: str | None):

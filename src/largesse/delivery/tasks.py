@@ -272,8 +272,15 @@ def _gather(batch: _Reads, reward) -> compose.RewardMail:
 
 def expire_rewards(ctx: Context, job) -> str:
     """The periodic sweep: expire and refund overdue rewards, then delete finished jobs past
-    their retention (LARGESSE_JOB_RETENTION_DAYS) and the dashboard's uploaded files past theirs."""
-    count = service.expire_due(ctx.engine)
+    their retention (LARGESSE_JOB_RETENTION_DAYS) and the dashboard's uploaded files past theirs.
+    Rewards that could not be expired (each logged) are tried again at the next run, at the
+    sweep's interval: the clean-up and the schedule do not wait for them."""
+    try:
+        count = service.expire_due(ctx.engine)
+    except service.ExpiryFailed as exc:
+        count = exc.expired
+        log.error("%s rewards could not be expired this run (first: %s); the next run tries them again",
+                  len(exc.failed), exc.failed[0])
     if count:
         log.info("expired and refunded %s rewards", count)
     if ctx.settings.job_retention_days:

@@ -150,7 +150,6 @@ def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key
     A bank deposit is paid to the account the recipient gave, kept encrypted on the review while
     held: decrypted here, handed to the provider, and erased by _decide's UPDATE in this same
     transaction (a refusal below rolls all of it back: the review stays flagged with them)."""
-    from largesse.crypto import KeyUnavailable
     from largesse.redemption import recipient
     from largesse.redemption import service as redemption
     from largesse.redemption.providers import DetailsRequired, OutOfStock
@@ -172,10 +171,10 @@ def release(engine: Engine, settings: Settings, *, org: str, reward_id: str, key
         if row.encrypted_details is not None:
             try:
                 details = recipient.unseal(row.encrypted_details, settings)
-            except KeyUnavailable:
-                raise Unprocessable("The recipient's bank details cannot be decrypted with LARGESSE_SECRET_KEY (was "
-                                    "the secret they were encrypted with removed?); release it once it is back, or "
-                                    "block it", {"id": ["recipient's details cannot be decrypted"]}) from None
+            except recipient.Unreadable as exc:
+                raise Unprocessable(f"The recipient's bank details cannot be read: {exc}; release it once the "
+                                    "secret is back, or block it", {"id": ["recipient's details cannot be read"]}
+                                    ) from None
         try:
             redemption.pay(conn, reward=reward, product=product, settings=settings, at=now, details=details)
         except OutOfStock:

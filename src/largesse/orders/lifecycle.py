@@ -30,36 +30,21 @@ def overdue(at: datetime):
 
 def close(conn: Connection, reward_id: str, *, status: str, at: datetime, failed_delivery: bool = False) -> bool:
     """ACTIVE and unexpired (and, with `failed_delivery`, its delivery FAILED) -> status (REDEEMED
-    or CANCELED); True if this call made the change. A cancel also erases the recipient details a
-    held redemption kept for its review (a release erases them itself, after reading them)."""
+    or CANCELED); True if this call made the change."""
     condition = [rewards.c.id == reward_id, rewards.c.status == "ACTIVE",
                  or_(rewards.c.expires_at.is_(None), rewards.c.expires_at > at)]
     if failed_delivery:
         condition.append(rewards.c.delivery_status == "FAILED")
-    closed = conn.execute(update(rewards).where(*condition).values(status=status, **{_STAMP[status]: at})
-                          ).rowcount == 1
-    if closed and status == "CANCELED":
-        _forget_held_details(conn, reward_id)
-    return closed
+    return conn.execute(update(rewards).where(*condition).values(status=status, **{_STAMP[status]: at})).rowcount == 1
 
 
 def expire(conn: Connection, reward_id: str, *, at: datetime) -> Row | None:
-    """ACTIVE and past expires_at -> EXPIRED; the reward's row if this call made the change (and
-    the recipient details a held redemption kept for its review are erased)."""
-    row = conn.execute(
+    """ACTIVE and past expires_at -> EXPIRED; the reward's row if this call made the change."""
+    return conn.execute(
         update(rewards)
         .where(rewards.c.id == reward_id, overdue(at))
         .values(status="EXPIRED").returning(*rewards.c)
     ).first()
-    if row is not None:
-        _forget_held_details(conn, reward_id)
-    return row
-
-
-def _forget_held_details(conn: Connection, reward_id: str) -> None:
-    from largesse.fraud.service import forget_details
-
-    forget_details(conn, reward_id)
 
 
 def status(reward, *, at: datetime, order_status: str | None = None) -> str:

@@ -51,9 +51,17 @@ class InvalidDetails(ValueError):
         super().__init__(", ".join(sorted(errors)))
 
 
+# The first two digits of an ABA routing number: 00 (the US government), 01-12 (Federal Reserve
+# districts), 21-32 (thrifts), 61-72 (electronic), 80 (traveler's checks).
+_ROUTING_PREFIXES = {0, *range(1, 13), *range(21, 33), *range(61, 73), 80}
+
+
 def aba_checksum_ok(routing: str) -> bool:
-    """The ABA check digit: 3*(d1+d4+d7) + 7*(d2+d5+d8) + (d3+d6+d9) is a multiple of 10."""
+    """A prefix banks use, not nine zeros, and the ABA check digit: 3*(d1+d4+d7) + 7*(d2+d5+d8) +
+    (d3+d6+d9) is a multiple of 10 (000000000's sum is 0)."""
     d = [int(c) for c in routing]
+    if int(routing[:2]) not in _ROUTING_PREFIXES or not any(d):
+        return False
     return (3 * (d[0] + d[3] + d[6]) + 7 * (d[1] + d[4] + d[7]) + (d[2] + d[5] + d[8])) % 10 == 0
 
 
@@ -106,11 +114,22 @@ def seal(kind: str, details: BankAccount, settings) -> str:
     return crypto.keybox(settings, crypto.RECIPIENT_DETAILS).encrypt(json.dumps({"kind": kind, **asdict(details)}))
 
 
+class Unreadable(Exception):
+    """Sealed details that cannot be opened: LARGESSE_SECRET_KEY no longer holds their secret, or
+    what is stored is not what seal() wrote."""
+
+
 def unseal(token: str, settings) -> BankAccount:
-    """seal's details back; crypto.KeyUnavailable when LARGESSE_SECRET_KEY no longer opens them."""
+    """seal's details back, or Unreadable."""
     from largesse import crypto
 
-    values = json.loads(crypto.keybox(settings, crypto.RECIPIENT_DETAILS).decrypt(token)[0])
-    if values.pop("kind") != US_BANK_ACCOUNT:
-        raise ValueError("unknown recipient details")
-    return BankAccount(**values)
+    try:
+        values = json.loads(crypto.keybox(settings, crypto.RECIPIENT_DETAILS).decrypt(token)[0])
+        if values.pop("kind") != US_BANK_ACCOUNT:
+            raise ValueError("unknown kind of recipient details")
+        return BankAccount(**values)
+    except crypto.KeyUnavailable as exc:
+        raise Unreadable("they cannot be decrypted with LARGESSE_SECRET_KEY (was the secret they were "
+                         "encrypted with removed?)") from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # no value of them in the message
+        raise Unreadable("what is stored is not a sealed bank account") from exc
