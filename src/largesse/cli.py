@@ -43,8 +43,10 @@ keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
 balance_app = typer.Typer(help="Balances and funding.", no_args_is_help=True)
 products_app = typer.Typer(help="The product catalog.", no_args_is_help=True)
 ledger_app = typer.Typer(help="The ledger.", no_args_is_help=True)
+secrets_app = typer.Typer(help="Secrets at rest (LARGESSE_SECRET_KEY).", no_args_is_help=True)
 for sub, name in ((db_app, "db"), (org_app, "org"), (members_app, "members"), (keys_app, "keys"),
-                  (balance_app, "balance"), (products_app, "products"), (ledger_app, "ledger")):
+                  (balance_app, "balance"), (products_app, "products"), (ledger_app, "ledger"),
+                  (secrets_app, "secrets")):
     app.add_typer(sub, name=name)
 
 # --- serve / db -----------------------------------------------------------------------------
@@ -188,6 +190,27 @@ def db_upgrade():
         typer.echo(f"created the database schema at revision {after}: {where}")
     else:
         typer.echo(f"migrated the database from revision {done[0]} to {after}: {where}")
+
+
+@secrets_app.command("rotate")
+def secrets_rotate(as_json: JsonFlag = False):
+    """Re-encrypt every secret kept at rest under the first LARGESSE_SECRET_KEY secret: webhook
+    signing keys and the bank details of redemptions held for review. Run it after putting a new
+    secret first (LARGESSE_SECRET_KEY=new,old); once nothing is left undecryptable, the old one can
+    be dropped. Exits non-zero when something cannot be decrypted with any configured secret."""
+    from largesse.fraud import service as fraud
+    from largesse.webhooks import service as webhooks
+
+    settings = load_settings()
+    engine = open_engine(settings)
+    counts = {"webhook signing keys": webhooks.reencrypt_all(engine, settings),
+              "held bank details": fraud.reencrypt_details(engine, settings)}
+    emit({what.replace(" ", "_"): {"rotated": r, "already_current": c, "undecryptable": f}
+          for what, (r, c, f) in counts.items()}, as_json,
+         "\n".join(f"{what}: {r} re-encrypted, {c} already current, {len(f)} undecryptable"
+                   + (f": {', '.join(f)}" if f else "") for what, (r, c, f) in counts.items()))
+    if any(f for _, _, f in counts.values()):
+        raise typer.Exit(1)
 
 
 @db_app.command("backup")

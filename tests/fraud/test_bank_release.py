@@ -121,3 +121,25 @@ def test_held_details_that_cannot_be_read_are_a_422_and_the_review_can_still_be_
         assert http.get(f"/fraud_reviews/{reward_id}").json()["fraud_review"]["status"] == "flagged"
         assert http.put(f"/fraud_reviews/{reward_id}/block").status_code == 200
         assert refund_count(engine, reward_id) == 1 and _stored(engine, reward_id) is None
+
+
+def test_secrets_rotate_re_encrypts_held_details(org, engine, http, cli, base_settings):
+    """`largesse secrets rotate` re-encrypts held bank details with the webhook keys: after it,
+    the old secret can go and the review still pays (docs/webhooks.md's procedure left them
+    under the old secret, and dropping it made them unpayable)."""
+    import json
+
+    from largesse import crypto
+
+    reward_id, link = _held_bank_deposit(org, http)
+    old = crypto.load_or_create_secret(crypto.key_file_path(base_settings.database_url))
+    rotated = json.loads(cli("secrets", "rotate", "--json", env={"LARGESSE_SECRET_KEY": f"new,{old}"}).stdout)
+    assert rotated["held_bank_details"]["rotated"] >= 1 and rotated["held_bank_details"]["undecryptable"] == []
+    assert crypto.KeyBox(["new"], crypto.RECIPIENT_DETAILS).decrypt(_stored(engine, reward_id))[1] is False
+    refused = cli("secrets", "rotate", env={"LARGESSE_SECRET_KEY": "unrelated"}, check=False)
+    assert refused.returncode == 1 and reward_id in refused.stdout
+    # Back under this test server's own secret (the key file), which then pays it.
+    cli("secrets", "rotate", env={"LARGESSE_SECRET_KEY": f"{old},new"})
+    released = http.put(f"/fraud_reviews/{reward_id}/release")
+    assert released.status_code == 200, released.text
+    assert payout_count(engine, reward_id) == 1 and _stored(engine, reward_id) is None

@@ -202,6 +202,35 @@ def forget_details(conn: Connection, reward_id: str) -> None:
                  .values(encrypted_details=None))
 
 
+def reencrypt_details(engine, settings) -> tuple[int, int, list[str]]:
+    """Re-encrypt every held redemption's recipient details under the first LARGESSE_SECRET_KEY
+    secret (`largesse secrets rotate`): (re-encrypted, already current, reward ids of details no
+    secret opens). Each in its own transaction, only if still the same token (a release or block
+    meanwhile erased it)."""
+    from largesse import crypto
+
+    box = crypto.keybox(settings, crypto.RECIPIENT_DETAILS)
+    with db.read(engine) as conn:
+        held = conn.execute(select(fraud_reviews.c.reward_id, fraud_reviews.c.encrypted_details)
+                            .where(fraud_reviews.c.encrypted_details.is_not(None))).all()
+    rotated, current, failed = 0, 0, []
+    for reward_id, sealed in held:
+        try:
+            plaintext, stale = box.decrypt(sealed)
+        except crypto.KeyUnavailable:
+            failed.append(reward_id)
+            continue
+        if not stale:
+            current += 1
+            continue
+        with db.write(engine) as conn:
+            conn.execute(update(fraud_reviews).where(fraud_reviews.c.reward_id == reward_id,
+                                                     fraud_reviews.c.encrypted_details == sealed)
+                         .values(encrypted_details=box.encrypt(plaintext)))
+        rotated += 1
+    return rotated, current, failed
+
+
 class _AddressList:
     """A stored list of addresses and CIDR ranges, parsed once: single addresses in a set
     (packed bytes: one lookup), ranges in a list. Parsed lists are cached per process until

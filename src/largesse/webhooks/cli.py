@@ -15,9 +15,10 @@ webhooks_app = typer.Typer(help="Webhooks: signing keys and the delivery log.", 
 
 @webhooks_app.command("rotate-keys")
 def rotate_keys(as_json: JsonFlag = False):
-    """Re-encrypt every webhook signing key under the first LARGESSE_SECRET_KEY secret. Run it after
-    putting a new secret first (LARGESSE_SECRET_KEY=new,old); then the old one can be dropped.
-    Exits non-zero when some key cannot be decrypted with any configured secret."""
+    """Re-encrypt every webhook signing key under the first LARGESSE_SECRET_KEY secret. `largesse
+    secrets rotate` does this and re-encrypts the other secrets at rest (held bank details) too:
+    run that one before dropping an old secret. Exits non-zero when some key cannot be decrypted
+    with any configured secret."""
     from largesse.webhooks import service
 
     settings = load_settings()
