@@ -157,8 +157,14 @@ def same_origin(request: Request) -> bool:
     """When a browser names the Origin of a POST it must be this site (defence in depth).
 
     Under Referrer-Policy no-referrer browsers send "Origin: null"; the CSRF token decides then.
+    "This site" is the Host the request came to or LARGESSE_PUBLIC_URL's scheme and host (a
+    proxy that does not forward Host hands the server its own upstream name).
     """
     origin = request.headers.get("origin")
     if not origin or origin == "null":
         return True
-    return urlsplit(origin).netloc == request.headers.get("host", "")
+    if urlsplit(origin).netloc == request.headers.get("host", ""):
+        return True
+    public = urlsplit(request.app.state.settings.public_url)
+    named = urlsplit(origin)
+    return (named.scheme, named.netloc) == (public.scheme, public.netloc)

@@ -183,6 +183,11 @@ def test_a_form_sent_from_another_site_is_refused(admin, http, org, engine, serv
                               headers={"Origin": origin} if origin else {})
         assert response.status_code == 303, text_of(response.text)
     assert token_count(engine, [reward_id]) == before + 3
+    # Behind a proxy that does not forward Host: the origin of LARGESSE_PUBLIC_URL is this site.
+    token = csrf_of(admin.get(path).text)
+    response = admin.post(f"{path}/link", data={"csrf_token": token},
+                          headers={"Origin": server.settings.public_url, "Host": "upstream.internal:8000"})
+    assert response.status_code == 303, text_of(response.text)
     # The sign-in form too (no session yet): a foreign Origin is refused before anything is read.
     with httpx.Client(base_url=server.url) as client:
         token = csrf_of(client.get("/dashboard/signin").text)
