@@ -131,7 +131,7 @@ def test_backup_takes_the_webhook_key_file_along(tmp_path, backend):
                               env={**env_without_secret, "LARGESSE_DATABASE_URL": url})
 
     first = backup("one.sqlite3")
-    assert first.returncode == 0 and "copied the webhook key file" in first.stdout, first.stderr
+    assert first.returncode == 0 and "copied the key file" in first.stdout, first.stderr
     assert (out / "largesse-secret.key").read_text() == "the-generated-secret\n"
     assert (out / "largesse-secret.key").stat().st_mode & 0o777 == 0o600
     (out / "largesse-secret.key").write_text("another\n")

@@ -262,8 +262,9 @@ def db_backup(path: Annotated[str, typer.Argument(help="File to write (must not 
 
 
 def _keep_key_file_with(database_url: str, target) -> None:
-    """Without LARGESSE_SECRET_KEY, webhook signing keys are encrypted with a generated key file
-    beside the database: a copy without it restores webhooks that cannot sign (409). It goes
+    """Without LARGESSE_SECRET_KEY, the secrets at rest (webhook signing keys, held bank details)
+    are encrypted with a generated key file beside the database: a copy without it restores
+    webhooks that cannot sign (409) and held bank deposits that cannot be paid. It goes
     beside the copy too, where a server pointed at the copy looks for it."""
     import os
 
@@ -274,20 +275,20 @@ def _keep_key_file_with(database_url: str, target) -> None:
         return
     beside = target.parent / KEY_FILE_NAME
     if beside.resolve() == key.resolve():
-        typer.echo(f"the webhook key file {key} is in the same folder: keep it with the copy")
+        typer.echo(f"the key file {key} is in the same folder: keep it with the copy")
     elif not beside.exists():
         # Created owner-only (O_EXCL, 0600) before a byte of the secret is written, as the key file itself is.
         try:
             with os.fdopen(os.open(beside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as copy:
                 copy.write(key.read_bytes())
         except OSError as exc:  # e.g. a dangling link of that name, or another backup writing it now
-            typer.echo(f"warning: could not copy the webhook key file {key} beside the backup ({exc}); "
+            typer.echo(f"warning: could not copy the key file {key} beside the backup ({exc}); "
                        "keep a copy of it with the backup", err=True)
             return
-        typer.echo(f"copied the webhook key file to {beside} (LARGESSE_SECRET_KEY is unset: webhook signing "
-                   "keys are encrypted with it); restore it together with the database")
+        typer.echo(f"copied the key file to {beside} (LARGESSE_SECRET_KEY is unset: webhook signing keys and "
+                   "held bank details are encrypted with it); restore it together with the database")
     elif beside.read_bytes() != key.read_bytes():
-        typer.echo(f"warning: {beside} is another key file than {key}, which this database's webhook signing keys "
+        typer.echo(f"warning: {beside} is another key file than {key}, which this database's secrets at rest "
                    "are encrypted with; keep a copy of that one with the backup", err=True)
 
 

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy.engine import make_url
 
-log = logging.getLogger("largesse.webhooks")
+log = logging.getLogger("largesse")
 
 KEY_FILE_NAME = "largesse-secret.key"
 _PURPOSE = b"largesse webhook signing keys v1"
@@ -107,8 +107,9 @@ def load_or_create_secret(path: Path) -> str:
                 pass
         finally:
             tmp.unlink(missing_ok=True)
-        log.warning("LARGESSE_SECRET_KEY is unset: webhook signing keys are encrypted with a secret generated "
-                    "into %s. Production must set LARGESSE_SECRET_KEY (the same value in every process).", path)
+        log.warning("LARGESSE_SECRET_KEY is unset: webhook signing keys and held bank details are encrypted "
+                    "with a secret generated into %s. Production must set LARGESSE_SECRET_KEY (the same value "
+                    "in every process).", path)
     value = path.read_text().strip()
     if not value:
         raise KeyUnavailable(f"the key file {path} is empty")
