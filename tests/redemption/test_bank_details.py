@@ -64,6 +64,7 @@ def test_a_valid_account_is_sent_to_the_provider_and_only_its_last_digits_kept(o
 @pytest.mark.parametrize(("field", "value", "error"), [
     ("holder_name", "", "Enter the name on the account"),
     ("holder_name", "x" * 101, "at most 100 characters"),
+    ("holder_name", "Alex\x00Recipient", "letters, spaces and punctuation"),
     ("routing_number", "", "Enter the 9-digit routing number"),
     ("routing_number", "12345", "9 digits"),
     ("routing_number", "021000022", "not a valid routing number"),
@@ -90,6 +91,8 @@ def test_each_invalid_field_is_a_400_naming_it_and_nothing_is_redeemed(org, engi
         error_id = next(i for i in described if i.endswith("-error"))
         assert re.search(rf'id="{error_id}"[^>]*>[^<]*{re.escape(error)}', page)
         assert page.count('aria-invalid="true"') == 1  # only the field in error
+        assert "autofocus" in tag and page.count("autofocus") == 1  # the page opens on it
+        assert "<title>Error: " in page
         assert re.search(rf'value="{BANK}"[^>]*checked', page)  # the choice is kept
         if field != "holder_name":
             assert 'value="Alex Recipient"' in page  # the recipient's other inputs are kept
@@ -109,6 +112,19 @@ def test_spaces_and_dashes_in_numbers_are_accepted(org, engine):
                                        "account_type": "savings"})
         assert done.status_code == 303
     assert "savings account ending 6789" in _payout(engine, reward_id).confirmation
+
+
+def test_digits_of_any_script_are_read_and_a_short_account_shows_two(org, engine):
+    """A phone keyboard's fullwidth digits were "not 9 digits"; the last 4 digits of a 4-digit
+    account are all of it, so a number shorter than 8 digits shows its last 2."""
+    reward_id, link = link_reward(org, products=(BANK,))
+    with page_client() as client:
+        token = csrf_of(client.get(link).text)
+        done = client.post(link, data={"csrf_token": token, "product_id": BANK, **VALID,
+                                       "routing_number": "０２１０００DASH０２１".replace("DASH", "-"),
+                                       "account_number": "٩٨٧٦"})
+        assert done.status_code == 303, done.text
+    assert _payout(engine, reward_id).confirmation.split(" recorded")[0].endswith("checking account ending 76")
 
 
 def test_a_product_that_needs_no_details_is_unchanged(org, engine):

@@ -16,6 +16,7 @@ expiry erases them (docs/fraud.md, "Held bank details").
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -36,7 +37,9 @@ class BankAccount:
 
     @property
     def last4(self) -> str:
-        return self.account_number[-4:]
+        """The digits the payout shows: the last 4, or the last 2 of a number shorter than 8
+        digits (the last 4 of a 4-digit account are all of it)."""
+        return self.account_number[-4:] if len(self.account_number) >= 8 else self.account_number[-2:]
 
     def describe(self) -> str:
         """What the payout may show and keep: "the checking account ending 6789"."""
@@ -66,8 +69,10 @@ def aba_checksum_ok(routing: str) -> bool:
 
 
 def _digits(value: str) -> str:
-    """Spaces and dashes as people type them (0210 0002 1, 0001-2345) are no error."""
-    return value.replace(" ", "").replace("-", "")
+    """Spaces and dashes as people type them (0210 0002 1, 0001-2345) are no error, and digits of
+    any script (a phone keyboard's fullwidth or Arabic-Indic ones) read as 0-9."""
+    return "".join(str(unicodedata.decimal(c)) if c.isdecimal() else c for c in value
+                   if c not in " -")
 
 
 def parse(kind: str, form: Mapping[str, str]) -> BankAccount:
@@ -78,6 +83,8 @@ def parse(kind: str, form: Mapping[str, str]) -> BankAccount:
     holder = " ".join((form.get("holder_name") or "").split())
     if not holder:
         errors["holder_name"] = "Enter the name on the account."
+    elif any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") for c in holder):
+        errors["holder_name"] = "Use letters, spaces and punctuation only."
     elif len(holder) > MAX_HOLDER_NAME:
         errors["holder_name"] = f"The name can be at most {MAX_HOLDER_NAME} characters."
     routing = _digits(form.get("routing_number") or "")
