@@ -161,6 +161,7 @@ def test_auto_add_rule_codes_are_kept_upper_case(http):
     {"name": "", "products": [GIFT_CARD_USD]},
     {"name": " ", "products": [GIFT_CARD_USD]},  # a blank name names nothing in a list or a picker
     {"name": "\n", "products": [GIFT_CARD_USD]},
+    {"name": "\u200b", "products": [GIFT_CARD_USD]},  # invisible
     {"name": 5, "products": [GIFT_CARD_USD]},
     {"name": "C", "products": GIFT_CARD_USD},
     {"name": "C", "products": [GIFT_CARD_USD], "fee_charged_to": "NOBODY"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from sqlalchemy import Connection, select
 
 from largesse import codes, db
@@ -104,9 +106,10 @@ def _check_fee_free(fee_charged_to: str, products: dict) -> None:
 
 
 def _check_name(values: dict) -> None:
-    """A name of spaces or line breaks names nothing in a list or a picker (422, as null)."""
+    """A name of spaces, line breaks or invisible format characters (U+200B) names nothing in a
+    list or a picker (422, as null)."""
     name = values.get("name")
-    if isinstance(name, str) and not name.strip():
+    if isinstance(name, str) and all(c.isspace() or unicodedata.category(c) == "Cf" for c in name):
         raise Unprocessable("name can't be blank", {"name": ["can't be blank"]})
 
 
