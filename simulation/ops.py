@@ -314,6 +314,10 @@ def op_generate_link(sim) -> str:
     return f"{what}: new link"
 
 
+BANK_ACCOUNT = {"holder_name": "Sim Recipient", "routing_number": "021000021", "account_number": "000123456789",
+                "account_type": "checking"}
+
+
 def op_redeem(sim) -> str:
     reward = _pick_reward(sim, prefer=lambda r: r.tokens and r.outcome == "ACTIVE")
     if reward is None or not reward.tokens:
@@ -328,7 +332,9 @@ def op_redeem(sim) -> str:
         expected = {"REDEEMED": "already_redeemed", "CANCELED": "canceled"}.get(reward.outcome, "expired")
     what = f"redeem {reward.id} for {product} ({reward.outcome}, expires {reward.expires_at})"
     try:
-        redeemed = redemption.redeem(sim.engine, token=token, product_id=product, settings=sim.settings)
+        # A product paid into a bank account needs one (redemption.recipient); the others ignore it.
+        redeemed = redemption.redeem(sim.engine, token=token, product_id=product, settings=sim.settings,
+                                     details=BANK_ACCOUNT)
         outcome = "ok" if redeemed == reward.id else f"redeemed {redeemed}"
     except redemption.RedemptionError as exc:
         outcome = exc.kind
