@@ -391,3 +391,23 @@ def test_an_empty_status_filter_is_as_if_absent(org, api, http):
     assert listed.status_code == 200, listed.text
     assert listed.json()["total_count"] == 1 and listed.json()["fraud_reviews"][0]["reward"]["id"] == reward_id
     assert http.get("/fraud_reviews", params={"status": "pending"}).status_code == 400
+
+
+def test_related_rewards_add_up_in_the_reviews_currency_converted(org, api, http):
+    """aggregated_value left out every related reward in another currency (0 for a EUR review
+    of an address that redeemed 30 USD); they are converted at today's rates."""
+    from tests.conftest import order_body
+
+    ip = fake_ip()
+    review_ip(api, ip)
+    usd, link = link_reward(org, denomination=30)
+    redeem(link, ip=ip)
+    body = order_body(org.member_email, method="LINK", products=["PVCMERIDEU01EU"], denomination=25)
+    body["reward"]["value"]["currency_code"] = "EUR"
+    eur = ok(http.post("/orders", json=body))["order"]["rewards"][0]
+    redeem(eur["delivery"]["link"], ip=ip, product="PVCMERIDEU01EU")
+    related = api.get_fraud_review(eur["id"]).fraud_review.related_rewards
+    assert usd in related.ids and related.currency_code == "EUR"
+    assert related.aggregated_value == 27.65  # 30 USD at the shipped 0.9215 EUR per USD, to the cent
+    related = api.get_fraud_review(usd).fraud_review.related_rewards
+    assert related.aggregated_value == 27.13 and related.currency_code == "USD"  # 25 EUR in USD

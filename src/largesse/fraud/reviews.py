@@ -111,9 +111,23 @@ def related_rewards(conn: Connection, org: str, reward_id: str) -> dict:
             .order_by(s.c.created_at.desc()).limit(RELATED_LIMIT)).all()
     return {
         "ids": [r.id for r in rows], "count": len(rows), "blocked_count": sum(r.status == BLOCKED for r in rows),
-        "aggregated_value": money(sum(r.denomination_cents for r in rows if r.currency_code == currency)),
-        "currency_code": currency,
+        "aggregated_value": money(_in_currency(conn, rows, currency)), "currency_code": currency,
     }
+
+
+def _in_currency(conn: Connection, rows, currency: str) -> int:
+    """The rewards' values added up in `currency` (hundredths): others converted at today's rates
+    (forex), a currency without a rate left out. Rates are read only when some reward needs one."""
+    from largesse.forex import service as forex
+
+    total, rates = 0, None
+    for row in rows:
+        if row.currency_code == currency:
+            total += row.denomination_cents
+            continue
+        rates = rates if rates is not None else forex.current(conn)
+        total += forex.convert_between(rates, row.denomination_cents, row.currency_code, currency) or 0
+    return total
 
 
 def get_review(conn: Connection, org: str, reward_id: str) -> dict:
