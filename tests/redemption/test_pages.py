@@ -263,3 +263,16 @@ def test_paths_that_are_no_link_get_the_human_not_found_page(org, server):
         other_method = client.put(server.url + f"/redeem/{token}")
         assert other_method.status_code == 405 and "Link not found" in other_method.text
         assert client.get(link).status_code == 200  # the real link still works
+
+
+def test_a_prepaid_card_shows_what_its_instructions_name(org):
+    """"View the card number and its security code": the page showed a card number and a 4-digit
+    "PIN", which no virtual prepaid card has."""
+    _, link = link_reward(org, products=("PVCMERIDUS01US",))
+    with page_client() as client:
+        token = csrf_of(client.get(link).text)
+        assert client.post(link, data={"csrf_token": token, "product_id": "PVCMERIDUS01US"}).status_code == 303
+        page = client.get(link).text
+    assert "card number and its security code" in page
+    assert re.search(r'id="pin-label">Security code</span>', page)
+    assert re.search(r'id="pin-value"[^>]*>\d{3}</code>', page)

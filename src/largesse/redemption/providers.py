@@ -120,7 +120,8 @@ class SandboxProvider:
             to = f" to {details.describe()}" if details is not None else ""  # the last 4 digits only
             return Issued(confirmation=(
                 f"Transfer of {amount} via {product.name}{to} recorded; reference TRF-TEST-{_group(4)}-{_group(4)}"))
-        pin = f"{secrets.randbelow(10_000):04d}" if product.category == "visa_card" else None
+        # A virtual prepaid card's number and its 3-digit security code, as its instructions say.
+        pin = f"{secrets.randbelow(1_000):03d}" if product.category == "visa_card" else None
         return Issued(code=f"TEST-{_group(4)}-{_group(4)}-{_group(4)}", pin=pin)
 
 

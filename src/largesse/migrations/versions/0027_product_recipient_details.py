@@ -16,7 +16,7 @@ depends_on = None
 
 def upgrade() -> None:
     # An ACH product paid out without ever asking for a bank account: such a product now names
-    # the details its page asks for ("us_bank_account"; catalog.service.RECIPIENT_DETAILS). The
+    # the details its page asks for ("us_bank_account"; redemption.recipient.KINDS). The
     # products already stored get the catalog's default: every "ach" product sends to a US account.
     conn = op.get_bind()
     if "recipient_details" not in {c["name"] for c in sa.inspect(conn).get_columns("products")}:
