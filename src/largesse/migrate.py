@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import time
@@ -30,25 +31,31 @@ class MigrationError(RuntimeError):
     """A migration that cannot or must not run; its message is the operator's one line."""
 
 
-def shipped_revisions() -> set[str]:
-    """Every revision this version ships, read from the scripts' text (as shipped_head)."""
-    return {found["revision"] for path in (MIGRATIONS / "versions").glob("*.py")
-            if "revision" in (found := dict(_REVISION_LINE.findall(path.read_text())))}
-
-
-def shipped_head() -> str | None:
-    """The newest shipped revision, read from the scripts' text without importing them (or
-    Alembic): the one revision that no script names as its down_revision; None if that is
-    not exactly one (then Alembic decides)."""
-    revisions, parents = set(), set()
+@functools.cache
+def _shipped() -> tuple[dict[str, str], bool]:
+    """({revision: down_revision} of the shipped scripts, whether every script named its
+    revision), read once per process from their text, without importing them (or Alembic)."""
+    graph, complete = {}, True
     for path in (MIGRATIONS / "versions").glob("*.py"):
         found = dict(_REVISION_LINE.findall(path.read_text()))
         if "revision" not in found:
-            return None
-        revisions.add(found["revision"])
-        parents.add(found.get("down_revision", "None"))
-    heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
+            complete = False
+            continue
+        graph[found["revision"]] = found.get("down_revision", "None")
+    return graph, complete
+
+
+def shipped_revisions() -> set[str]:
+    """Every revision this version ships (that its script's text names)."""
+    return set(_shipped()[0])
+
+
+def shipped_head() -> str | None:
+    """The newest shipped revision: the one that no script names as its down_revision; None if
+    a script names no revision or that is not exactly one (then Alembic decides)."""
+    graph, complete = _shipped()
+    heads = set(graph) - set(graph.values())
+    return heads.pop() if complete and len(heads) == 1 else None
 
 
 def is_at_head(engine: Engine) -> bool:
