@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import logging
 from pathlib import Path
 
@@ -110,23 +111,20 @@ def _read_as_json(scope) -> None:
         (b"content-type", b"application/json")]
 
 
+# The human surfaces under their prefixes: each module's too_large_page() answers a body over
+# the limit with its own page (looked up when one comes, as the routes' modules import this one's).
+_HUMAN_PAGES = (("/dashboard/", "largesse.dashboard.web"), ("/redeem/", "largesse.redemption.endpoints"),
+                ("/connect/", "largesse.connected.pages"))
+
+
 async def _too_large(scope):
     """413: the error body, or for a human's page (a dashboard CSV upload, a recipient's choice,
     a connected member's sign-in) a page that says what to do. An API write's key is checked
     first, as for every other refusal (install_error_handlers: auth_first): an unknown key gets
     its 401, a read-only one its 403, not the size limit."""
-    if scope["path"].startswith("/dashboard/"):
-        from largesse.dashboard.web import too_large_page
-
-        return too_large_page()
-    if scope["path"].startswith("/redeem/"):
-        from largesse.redemption.endpoints import too_large_page
-
-        return too_large_page()
-    if scope["path"].startswith("/connect/"):
-        from largesse.connected.pages import too_large_page
-
-        return too_large_page()
+    for prefix, pages in _HUMAN_PAGES:
+        if scope["path"].startswith(prefix):
+            return importlib.import_module(pages).too_large_page()
     if scope["path"].startswith(API_PREFIX + "/"):
         refused = await auth.refusal(Request(scope))
         if refused is not None:
