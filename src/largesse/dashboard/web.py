@@ -154,6 +154,12 @@ class Ctx:
     def arg(self, name: str, default: str = "", max_length: int = 200) -> str:
         return forms.clean(self.request.query_params.get(name) or default)[:max_length]
 
+    def int_arg(self, name: str, max_length: int) -> int | None:
+        """A query parameter of ASCII digits as a number, else None ("²" is a digit to
+        str.isdigit, not to int(): a paging parameter of it answered 500)."""
+        text = self.arg(name, max_length=max_length)
+        return int(text) if text.isascii() and text.isdigit() else None
+
     def render(self, template: str, status: int = 200, *, headers: dict | None = None, **context) -> HTMLResponse:
         who = self.viewer
         html = TEMPLATES.get_template(f"dashboard/{template}").render(

@@ -30,8 +30,7 @@ TOPUP_NOTICES = {"requested": "Top-up requested. The balance is credited when th
 
 
 def _offset(ctx) -> int:
-    text = ctx.arg("offset", max_length=9)
-    return int(text) if text.isascii() and text.isdigit() else 0  # "²" is a digit to isdigit, not to int
+    return ctx.int_arg("offset", max_length=9) or 0
 
 
 def _pager(ctx, offset: int, total: int) -> dict:

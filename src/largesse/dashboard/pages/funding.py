@@ -17,8 +17,7 @@ router = APIRouter()
 def ledger(ctx):
     org = ctx.viewer.organization_id
     gte, lt, start, end = _date_range(ctx)
-    before = ctx.arg("before", max_length=18)
-    before_id = int(before) if before.isascii() and before.isdigit() else None  # "²" is a digit to isdigit only
+    before_id = ctx.int_arg("before", max_length=18)
     with db.read(ctx.engine) as conn:
         balances = funding.list_for(conn, org)
         rows = funding.balance_transactions(conn, org, offset=0, limit=PAGE_SIZE + 1, created_gte=gte,
