@@ -58,9 +58,10 @@ class SinkHandler(RecordingHandler):
 
 
 class Sink:
-    def __init__(self, port: int | None = None):
+    def __init__(self, port: int | None = None, *, smtputf8: bool = False):
         self.port = port or free_port()
         self.handler = SinkHandler()
+        self.smtputf8 = smtputf8  # offer SMTPUTF8 (RFC 6531): addresses that are not ASCII
         self.controller: Controller | None = None
 
     @property
@@ -68,7 +69,8 @@ class Sink:
         return f"smtp://127.0.0.1:{self.port}"
 
     def start(self) -> Sink:
-        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port)
+        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port,
+                                     enable_SMTPUTF8=self.smtputf8)
         self.controller.start()
         return self
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import email
 import email.policy
 import random
+import re
 from datetime import UTC, datetime
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -82,13 +83,26 @@ def test_bytes_are_the_email_packages(name, monkeypatch):
 
 
 def test_an_address_the_email_package_refuses_is_refused_the_same():
-    mail = _mail(recipient_email="zoë@example.com")  # a non-ASCII local part: a permanent failure
+    mail = _mail(recipient_email="a..b@example.com")  # two dots in a row: a permanent failure
     args = dict(link="https://x.example/redeem/a", mail_from="rewards@example.com", mail_from_name="L")
     with pytest.raises(ValueError) as built:
         compose.build(mail, now=NOW, **args)
     with pytest.raises(ValueError) as expected:
         reference(mail, **args)
     assert type(built.value) is type(expected.value)
+
+
+def test_a_local_part_that_is_not_ascii_goes_out_with_smtputf8():
+    """email_address.valid accepts zoë@example.com (RFC 6531); the email package's addr_spec
+    parser refuses its local part, which failed every such email for good after the order
+    was charged. It is built from its two parts and sent raw in UTF-8, as send_message would."""
+    mail = _mail(recipient_email="zoë@example.com", recipient_name="Zoë Ä")
+    args = dict(link="https://x.example/redeem/a", mail_from="rewards@example.com", mail_from_name="L")
+    built = compose.build(mail, now=NOW, **args)
+    assert built.smtputf8 and built.recipients == ("zoë@example.com",)
+    assert b"\r\nTo: Zo\xc3\xab \xc3\x84 <zo\xc3\xab@example.com>\r\n" in built.data
+    message = email.message_from_string(built.data.decode("utf-8"), policy=email.policy.default)
+    assert [(a.display_name, a.addr_spec) for a in message["To"].addresses] == [("Zoë Ä", "zoë@example.com")]
 
 
 @pytest.mark.parametrize("forged", [
@@ -152,3 +166,35 @@ def test_plain_values_are_written_as_the_email_package_folds_them():
     assert checked > 1500
     # and a value the package rewrites is left to the package
     assert not compose._PLAIN.match('"Smith, J" <j@example.com>') and not compose._PLAIN.match("a  b")
+
+
+def test_a_subject_that_looks_like_an_encoded_word_reads_as_written():
+    """The email package decodes "=?utf-8?q?fake?=" in the text it folds: mail clients showed
+    "fake Injected" for a subject_line written "=?utf-8?q?fake?= Injected"."""
+    written = "=?utf-8?q?fake?= Injected =?utf-8?b?ZmFrZQ==?= café"
+    built = compose.build(_mail(delivery_meta={"subject_line": written}), now=NOW, link="https://x.example/redeem/a",
+                          mail_from="rewards@example.com", mail_from_name="L")
+    assert email.message_from_bytes(built.data, policy=email.policy.default)["Subject"] == written
+
+
+def test_a_right_to_left_value_is_isolated_and_cannot_reorder_the_copy():
+    """An unclosed U+202E (right-to-left override) in a custom field mirrored the rest of the
+    sender's headline; a value with right-to-left text now sits between FSI and PDI."""
+    values = {"Dept": "R&D \u202eשלום", "Team": "Sales"}
+    assert compose.fill_placeholders("Hi {{ Dept }} and {{ Team }}!", values) == \
+        "Hi \u2068R&D \u202eשלום\u2069 and Sales!"
+    rendered = compose.render(_mail(field_values=values, webpage_style={"headline": "Thanks {{ Dept }}, well done"}),
+                              link="https://x.example/redeem/a", mail_from_name="L")
+    assert "Thanks \u2068R&amp;D \u202eשלום\u2069, well done" in rendered.html
+    assert compose.display_name("Acme \u202eevil", "rewards@example.com") == "Acme evil"
+
+
+def test_the_template_headline_is_not_tagged_with_the_rewards_language():
+    """The default headline is English template text: lang="ar" made a screen reader read it
+    with an Arabic voice. The sender's own headline carries the reward's language."""
+    default = compose.render(_mail(language="ar"), link="https://x.example/redeem/a", mail_from_name="L").html
+    assert re.search(r'<h1 [^>]*dir="auto">You(&#39;|&#x27;|\')ve received a reward</h1>', default)
+    assert 'lang="ar"' not in default.split("<h1", 1)[1].split(">", 1)[0]
+    own = compose.render(_mail(language="ar", webpage_style={"headline": "مرحبا"}), link="https://x.example/redeem/a",
+                         mail_from_name="L").html
+    assert '<h1 style="margin:0 0 16px 0;font-size:24px;" lang="ar" dir="auto">مرحبا</h1>' in own

@@ -234,3 +234,19 @@ def test_serve_runs_the_worker_in_process(org, make_server, fast, sink, engine):
         reward_id = ok(client.post("/orders", json=order_body(org.member_email)))["order"]["rewards"][0]["id"]
         wait_for(lambda: ok(client.get(f"/rewards/{reward_id}"))["reward"]["delivery"]["status"] == "SUCCEEDED")
     assert len(sink.handler.to(org.member_email)) == 1
+
+
+def test_a_recipient_whose_local_part_is_not_ascii_gets_the_email(prod_org, fast, drain, engine):
+    """Production accepts zoë@… (RFC 6531) and charges for it: the email goes out with SMTPUTF8
+    (it failed for good at its first attempt, "cannot build the message")."""
+    address = "zoë.müller@example.com"
+    with prod_org.http() as prod:
+        reward_id = _order(prod, address)
+    utf8 = Sink(smtputf8=True).start()
+    try:
+        drain(fast(smtp_url=utf8.url, environment="production", public_url=prod_org.base_url))
+        [message] = utf8.handler.to(address)  # the envelope's recipient, as the relay read it
+    finally:
+        utf8.stop()
+    assert "/redeem/" in message.get_body(("plain",)).get_content()
+    assert reward_row(engine, reward_id).delivery_status == "SUCCEEDED"

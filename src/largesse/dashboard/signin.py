@@ -24,7 +24,6 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, timedelta
-from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 from urllib.parse import quote, unquote, urlsplit
@@ -173,15 +172,14 @@ def send_signin_email(ctx, job) -> str:
 
 
 def _message(member, subject: str, kind: str, settings: Settings) -> EmailMessage:
-    from largesse.delivery.compose import display_name, one_line
+    from largesse.delivery.compose import address, display_name, one_line
 
     msg = EmailMessage()
     # One line and no address syntax, as in reward emails: a CR in a member's or organization's
     # name made every sign-in email of that member fail to build, for good.
     msg["Subject"] = one_line(subject)
-    msg["From"] = Address(display_name=display_name(settings.mail_from_name, settings.mail_from),
-                          addr_spec=settings.mail_from)
-    msg["To"] = Address(display_name=display_name(member.name, member.email, "To"), addr_spec=member.email)
+    msg["From"] = address(display_name(settings.mail_from_name, settings.mail_from), settings.mail_from)
+    msg["To"] = address(display_name(member.name, member.email, "To"), member.email)
     msg["Date"] = format_datetime(utcnow().replace(tzinfo=UTC))
     msg["Message-ID"] = make_msgid(domain=settings.mail_from.rpartition("@")[2] or None)
     msg["X-Largesse-Kind"] = kind

@@ -31,9 +31,11 @@ import functools
 import random
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC
 from email.contentmanager import _encode_text  # the encoder EmailMessage.set_content uses
+from email.header import Header
 from email.headerregistry import Address
 from email.utils import format_datetime, make_msgid
 
@@ -102,13 +104,30 @@ class FieldValues(dict):
         return None if only is None else self[only]
 
 
+# Bidirectional classes that can reorder the text around a value: right-to-left letters and
+# the explicit embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069).
+_BIDI = frozenset(("R", "AL", "RLE", "LRE", "RLO", "LRO", "PDF", "RLI", "LRI", "FSI", "PDI"))
+FSI, PDI = "\u2068", "\u2069"
+
+
+def isolated(value: str) -> str:
+    """A substituted value that holds right-to-left text or bidi controls, between FSI and PDI:
+    it reads in its own direction and cannot reorder the sender's copy around it (an unclosed
+    U+202E in a custom field mirrored the rest of the headline, in the email and on the page).
+    Any other value is returned unchanged."""
+    if value.isascii() or not any(unicodedata.bidirectional(ch) in _BIDI for ch in value):
+        return value
+    return FSI + value + PDI
+
+
 def fill_placeholders(text: str, values: dict[str, str]) -> str:
-    """values: a FieldValues, or a plain {label: value} dict (`{}`: every placeholder as written)."""
+    """values: a FieldValues, or a plain {label: value} dict (`{}`: every placeholder as written).
+    A value with right-to-left text is isolated (isolated())."""
     lookup = (values if isinstance(values, FieldValues) else FieldValues((), values)).lookup
 
     def replace(match: re.Match) -> str:
         found = lookup(match.group(1))
-        return match.group(0) if found is None else found
+        return match.group(0) if found is None else isolated(found)
 
     return PLACEHOLDER.sub(replace, text)
 
@@ -137,6 +156,20 @@ _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # package drops the quotes when it folds a long From/To line (Python 3.11), and a name such as
 # `x <ceo@bank.example>, y` then read as an address of its own (a forged sender).
 _ADDRESS_SYNTAX = re.compile(r'[<>@,;:"\\()\[\]]')
+# Embeddings, overrides and isolates: in a display name, an unclosed U+202E can show the
+# <address> after it reversed in a mail client. Names lose them (their letters stay).
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def address(name: str, addr_spec: str) -> Address:
+    """An address header value. The email package parses `addr_spec` and refuses a local part
+    that is not ASCII (jörg@example.com), which RFC 6531 allows and email_address.valid accepts:
+    such an address is built from its two parts and goes out with SMTPUTF8 (header(),
+    transport._sendmail). Any other address the package refuses still raises ValueError."""
+    local, at, domain = addr_spec.rpartition("@")
+    if at and not local.isascii() and domain.isascii() and '"' not in local:
+        return Address(display_name=name, username=local, domain=domain)
+    return Address(display_name=name, addr_spec=addr_spec)
 
 
 def display_name(text: str | None, addr_spec: str, header: str = "From") -> str:
@@ -144,9 +177,9 @@ def display_name(text: str | None, addr_spec: str, header: str = "From") -> str:
     package writes it quoted on that one line (an ASCII name whose header is not folded); a
     longer or non-ASCII one loses it ("Smith, John" stays; a 70-character name with a comma
     reads "Smith John")."""
-    name = one_line(text or "")
+    name = one_line(_BIDI_CONTROLS.sub("", text or ""))
     if _ADDRESS_SYNTAX.search(name) and not (
-            name.isascii() and len(header) + 2 + len(str(Address(display_name=name, addr_spec=addr_spec))) <= 76):
+            name.isascii() and len(header) + 2 + len(str(address(name, addr_spec))) <= 76):
         name = one_line(_ADDRESS_SYNTAX.sub(" ", name))
     return name
 
@@ -232,6 +265,7 @@ def render(mail: RewardMail, *, link: str, mail_from_name: str) -> Rendered:
     context = {
         "subject": subject,
         "headline": headline,
+        "headline_is_copy": bool(copy.headline),  # the sender's words (lang=language), not the template's
         "message": message,
         "message_paragraphs": paragraphs(message),
         "recipient_name": mail.recipient_name,
@@ -256,8 +290,7 @@ def build(mail: RewardMail, *, link: str, mail_from: str, mail_from_name: str, n
     copy = render(mail, link=link, mail_from_name=mail_from_name)
     sender_name, subject = copy.sender_name, copy.subject
 
-    recipient = Address(display_name=display_name(mail.recipient_name, mail.recipient_email, "To"),
-                        addr_spec=mail.recipient_email)
+    recipient = address(display_name(mail.recipient_name, mail.recipient_email, "To"), mail.recipient_email)
     utf8 = not (mail_from + mail.recipient_email).isascii()
     headers = (
         ("Subject", subject),
@@ -297,6 +330,10 @@ def header(name: str, value: str, utf8: bool = False) -> bytes:
     """One header line as the email package folds it (CRLF line ends)."""
     if name in _PLAIN_HEADERS and len(name) + 2 + len(value) <= _MAX_LINE and _PLAIN.match(value):
         return f"{name}: {value}\r\n".encode("ascii")
+    if name == "Subject" and "=?" in value:
+        # The package's parser decodes "=?utf-8?q?fake?=" in the text it is given, so the
+        # subject read "fake" in mail clients: such a subject is encoded whole, as written.
+        return f"{name}: {Header(value, 'utf-8', header_name=name).encode(linesep=chr(13) + chr(10))}\r\n".encode()
     return _folded(name, value, utf8)
 
 
@@ -310,7 +347,7 @@ def _folded(name: str, value: str, utf8: bool) -> bytes:
 
 @functools.lru_cache(maxsize=256)
 def _sender(display_name: str, addr_spec: str) -> str:
-    return str(Address(display_name=display_name, addr_spec=addr_spec))
+    return str(address(display_name, addr_spec))
 
 
 def _content_type(boundary: str, utf8: bool) -> bytes:
