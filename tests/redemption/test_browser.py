@@ -124,3 +124,33 @@ def test_missing_browser_fails_the_run_in_ci(tmp_path):
     assert run.returncode == 1, output
     assert "the browser tests are required" in output and "no-chromium-here" in output, output
     assert "1 error in" in output and "skip" not in output.lower(), output
+
+
+def test_text_at_twice_its_size_on_a_320_px_screen(org, browser):
+    """WCAG 1.4.4 / 1.4.10: with the text at 200 % on a 320 px screen the page does not scroll
+    sideways (the 5rem image column pushed the cards to 364 px), the amount stays on one line
+    ("$1,99" / "9.99" misstated the reward), and the skip link stays out of sight until focused
+    (its second line sat over the header)."""
+    from tests.redemption.conftest import fake_ip
+
+    _, link = link_reward(org, products=(CHARITY,), denomination=1999.99,
+                          recipient={"name": "Alex", "email": org.member_email})
+    context = browser.new_context(viewport={"width": 320, "height": 700},
+                                  extra_http_headers={"X-Forwarded-For": fake_ip()})
+    try:
+        page = context.new_page()
+        page.goto(link)
+        page.evaluate("document.documentElement.style.fontSize = '200%'")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 320
+        amount = page.locator(".amount")
+        assert amount.inner_text().endswith("$1,999.99")
+        lines = amount.evaluate("el => { const r = document.createRange(); r.selectNodeContents(el.lastChild);"
+                                " return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; }")
+        assert lines == 1
+        skip = page.locator(".skip-link")
+        assert skip.evaluate("el => el.getBoundingClientRect().bottom") <= 0  # out of sight
+        page.keyboard.press("Tab")
+        assert skip.evaluate("el => el.getBoundingClientRect().top") >= 0  # shown when focused
+        assert page.locator(".greeting bdi").inner_text() == "Alex"
+    finally:
+        context.close()
