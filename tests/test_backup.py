@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pytest
 
 from largesse import db
@@ -138,3 +139,47 @@ def test_backup_takes_the_webhook_key_file_along(tmp_path, backend):
     second = backup("two.sqlite3")
     assert second.returncode == 0 and "is another key file" in second.stderr, second
     assert (out / "largesse-secret.key").read_text() == "another\n"  # never overwritten
+
+
+def test_a_copy_restored_without_its_key_file_says_which_file(base_settings, tmp_path, backend):
+    """Without LARGESSE_SECRET_KEY, a database restored without its key file (or a PostgreSQL
+    server started in another directory) got a new key silently, and the 409 said "check
+    LARGESSE_SECRET_KEY", a variable the operator never set. `worker` and `serve` now warn as
+    they start, naming the missing file, and the 409 names the file it tried."""
+    if backend != "sqlite":
+        pytest.skip("a SQLite file and its key file, copied apart")
+    live, restored = tmp_path / "live", tmp_path / "restored"
+    live.mkdir()
+    restored.mkdir()
+    url = f"sqlite:///{live / 'largesse.sqlite3'}"
+    engine = db.make_engine(url)
+    prepare(engine)
+    settings = replace(base_settings, database_url=url, secret_key=None)
+    server = ServerThread(settings, engine).start()
+    try:
+        org = create_org(engine, server.url)
+        with org.http() as http:
+            hook = ok(http.post("/webhooks", json={"url": "http://127.0.0.1:9/hooks"}))["webhook"]
+    finally:
+        server.stop()
+        engine.dispose()
+    assert (live / "largesse-secret.key").exists()
+    shutil.copy(live / "largesse.sqlite3", restored / "largesse.sqlite3")  # the key file left behind
+    copy = f"sqlite:///{restored / 'largesse.sqlite3'}"
+    env = {k: v for k, v in os.environ.items() if k != "LARGESSE_SECRET_KEY"}
+    started = subprocess.run([str(Path(sys.executable).parent / "largesse"), "worker", "--once"], capture_output=True,
+                             text=True, cwd=tmp_path, timeout=120, env={**env, "LARGESSE_DATABASE_URL": copy})
+    assert started.returncode == 0, started.stderr
+    missing = str(restored / "largesse-secret.key")
+    assert f"the key file {missing} does not exist" in started.stderr and "1 webhook signing key" in started.stderr
+    engine = db.make_engine(copy)
+    server = ServerThread(replace(settings, database_url=copy), engine).start()
+    try:
+        with httpx.Client(base_url=f"{server.url}/api/v2", headers={"Authorization": f"Bearer {org.api_key}"}) as http:
+            refused = http.get(f"/webhooks/{hook['id']}")
+    finally:
+        server.stop()
+        engine.dispose()
+    assert refused.status_code == 409
+    message = refused.json()["errors"]["message"]
+    assert f"the key file {missing}" in message and "restore the key file" in message, message

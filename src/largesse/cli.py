@@ -30,6 +30,7 @@ from largesse.cli_common import (
     require_org,
     shown,
     shown_url,
+    warn_of_a_missing_key_file,
     warn_without_public_url,
 )
 from largesse.money import amount_in, format_amount
@@ -77,7 +78,7 @@ def serve(
     _refuse_a_busy_address(host, port)
     if settings.run_worker:
         check_mail_transport(settings)
-    open_engine(settings, create=True).dispose()
+    engine = open_engine(settings, create=True)
     # Several processes (API workers, delivery children): metrics go through files in
     # PROMETHEUS_MULTIPROC_DIR (docs/operations.md), set before prometheus_client is imported.
     multiprocess = workers > 1 or settings.run_worker
@@ -98,6 +99,8 @@ def serve(
             "secret generated into %s and the redemption pages' CSRF key is kept in the database. Production must set "
             "LARGESSE_SECRET_KEY (the same value in every process).", key_file_path(settings.database_url))
     warn_without_public_url(settings, public_url_set, "serve")
+    warn_of_a_missing_key_file(engine, settings, "serve")
+    engine.dispose()
     supervisor = None
     if workers > 1:
         # The API processes die with this one, even when it is killed (SIGKILL): uvicorn's

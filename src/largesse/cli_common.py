@@ -203,6 +203,36 @@ def warn_without_public_url(settings: Settings, public_url_set: bool, process: s
         "process).", settings.public_url)
 
 
+def warn_of_a_missing_key_file(engine, settings: Settings, process: str) -> None:
+    """LARGESSE_SECRET_KEY unset, no key file where this process looks for one, yet the database
+    holds secrets encrypted at rest: one warning as `serve` or `worker` starts, naming the file.
+    The first use would generate a new key silently (a database restored without its key file, a
+    PostgreSQL server started in another directory: var/ is relative), every webhook then
+    answered 409 and its events failed, and anything encrypted next was under the stray key."""
+    import logging
+
+    from sqlalchemy import func, select
+
+    from largesse.crypto import key_file_path
+    from largesse.fraud.models import fraud_reviews
+    from largesse.webhooks.models import webhooks
+
+    path = key_file_path(settings.database_url).resolve()
+    if settings.secret_keys or path.exists():
+        return
+    with db.read(engine) as conn:
+        keys = conn.execute(select(func.count()).select_from(webhooks)
+                            .where(webhooks.c.private_key_encrypted.is_not(None))).scalar_one()
+        held = conn.execute(select(func.count()).select_from(fraud_reviews)
+                            .where(fraud_reviews.c.encrypted_details.is_not(None))).scalar_one()
+    if keys or held:
+        logging.getLogger(f"largesse.{process}").warning(
+            "LARGESSE_SECRET_KEY is unset and the key file %s does not exist, but the database holds %d webhook "
+            "signing key(s) and %d held bank detail(s) encrypted with a secret: a new key file would not open them. "
+            "Restore the key file kept with the database's backup (or start from the directory that holds var/), "
+            "or set LARGESSE_SECRET_KEY to the secret they were encrypted with.", path, keys, held)
+
+
 def bounded(value: str | None, option: str, max_length: int = 200) -> str | None:
     """A free-text option within the length its column (and the API) takes, else one line."""
     if value is not None and len(value) > max_length:

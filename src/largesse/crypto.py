@@ -53,10 +53,11 @@ def fernet_key(secret: str, purpose: bytes = _PURPOSE) -> bytes:
 class KeyBox:
     """Encrypts with the first secret, decrypts with any of them."""
 
-    def __init__(self, secret_values: list[str], purpose: bytes = _PURPOSE):
+    def __init__(self, secret_values: list[str], purpose: bytes = _PURPOSE, key_file: Path | None = None):
         if not secret_values:
             raise ValueError("at least one secret is needed")
         self.purpose = purpose
+        self.key_file = key_file  # where the secret came from, when LARGESSE_SECRET_KEY is unset
         fernets = [Fernet(fernet_key(s, purpose)) for s in secret_values]
         self.primary = fernets[0]
         self.any = MultiFernet(fernets)
@@ -75,9 +76,16 @@ class KeyBox:
             return self.any.decrypt(raw).decode(), True
         except InvalidToken:
             what = "the webhook's signing key" if self.purpose == _PURPOSE else "the stored secret"
+            if self.key_file is None:
+                raise KeyUnavailable(f"{what} cannot be decrypted with LARGESSE_SECRET_KEY (was the secret it "
+                                     "was encrypted with removed?); check LARGESSE_SECRET_KEY") from None
+            # "check LARGESSE_SECRET_KEY" sent an operator to a variable they never set: the
+            # usual cause is a database restored without its key file, or a process started in
+            # another directory (the PostgreSQL default, var/, is relative to it).
             raise KeyUnavailable(
-                f"{what} cannot be decrypted with LARGESSE_SECRET_KEY (was the secret it "
-                "was encrypted with removed?)") from None
+                f"{what} cannot be decrypted with the key file {self.key_file} (LARGESSE_SECRET_KEY is unset): "
+                "restore the key file kept with the database's backup, or set LARGESSE_SECRET_KEY to the secret "
+                "it was encrypted with") from None
 
 
 def key_file_path(database_url: str) -> Path:
@@ -109,7 +117,7 @@ def load_or_create_secret(path: Path) -> str:
             tmp.unlink(missing_ok=True)
         log.warning("LARGESSE_SECRET_KEY is unset: webhook signing keys and held bank details are encrypted "
                     "with a secret generated into %s. Production must set LARGESSE_SECRET_KEY (the same value "
-                    "in every process).", path)
+                    "in every process).", path.resolve())
     value = path.read_text().strip()
     if not value:
         raise KeyUnavailable(f"the key file {path} is empty")
@@ -129,8 +137,9 @@ def keybox_for(secret_values: list[str], database_url: str, purpose: bytes = _PU
         with _boxes_lock:
             box = _boxes.get(cache_key)
             if box is None:
-                values = secret_values or [load_or_create_secret(key_file_path(database_url))]
-                box = _boxes[cache_key] = KeyBox(values, purpose)
+                key_file = None if secret_values else key_file_path(database_url).resolve()
+                values = secret_values or [load_or_create_secret(key_file)]
+                box = _boxes[cache_key] = KeyBox(values, purpose, key_file)
     return box
 
 

@@ -19,6 +19,7 @@ from largesse.cli_common import (
     open_engine,
     require_org,
     shown,
+    warn_of_a_missing_key_file,
     warn_without_public_url,
 )
 from largesse.config import MAX_EXPIRY_DAYS, MAX_THREADS_OR_PROCESSES
@@ -38,7 +39,7 @@ def worker(
     in hand and hand the unstarted ones back)."""
     import signal
 
-    from largesse.delivery.supervisor import bind_to_supervisor, lower_priority
+    from largesse.delivery.supervisor import SUPERVISOR_ENV, bind_to_supervisor, lower_priority
     from largesse.delivery.worker import Worker
 
     settings = load_settings()
@@ -57,6 +58,8 @@ def worker(
     # (a child of `serve` inherits serve's LARGESSE_PUBLIC_URL, so serve alone warns then)
     warn_without_public_url(settings, bool(os.environ.get("LARGESSE_PUBLIC_URL")), "delivery")
     engine = open_engine(settings, create=True)  # a worker may be the first process on a new database
+    if not os.environ.get(SUPERVISOR_ENV):  # a child of `serve`: serve has warned
+        warn_of_a_missing_key_file(engine, settings, "delivery")
     w = Worker(engine, settings, concurrency=concurrency, webhook_concurrency=webhook_concurrency)
     if once:
         count = w.drain()

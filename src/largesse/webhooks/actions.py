@@ -36,7 +36,7 @@ def signing_key(engine: Engine, settings: Settings, row) -> str:
     try:
         return service.signing_key(engine, settings, row)
     except crypto.KeyUnavailable as exc:
-        raise Conflict(f"{exc}; check LARGESSE_SECRET_KEY", {"private_key": ["cannot be decrypted"]}) from None
+        raise Conflict(str(exc), {"private_key": ["cannot be decrypted"]}) from None
 
 
 def simulate(engine: Engine, settings: Settings, organization_id: str, webhook_id: str, event: str) -> None:
