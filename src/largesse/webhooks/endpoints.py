@@ -101,7 +101,8 @@ DELIVERIES_PAGING = Paging(limit=50, high=500)
 
 
 @router.get("/webhooks/{webhook_id}/deliveries", openapi_extra=query_doc(
-    DELIVERIES_PAGING.doc(), q_str("status", "SUCCEEDED or FAILED"), q_str("event_uuid", "one event's attempts")))
+    DELIVERIES_PAGING.doc(), q_str("status", "SUCCEEDED or FAILED", enum=(deliveries.SUCCEEDED, deliveries.FAILED)),
+    q_str("event_uuid", "one event's attempts")))
 def list_deliveries(webhook_id: str, request: Request, caller: CallerDep, engine: EngineDep):
     """The webhook's delivery attempts, newest first: `offset`, `limit` (default 50, max 500),
     optional `status` (SUCCEEDED/FAILED) and `event_uuid` filters, and `total_count`."""
