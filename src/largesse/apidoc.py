@@ -112,7 +112,7 @@ def _constraints() -> dict[str, dict[str, dict]]:
     """Component -> property -> what API.md (§3, §5) says of it beyond its type, from the
     constants the code checks with where there is one. Response timestamps are ISO 8601
     date-times except a reward's created_at, which some clients get in the specification's form
-    (docs/api.md, LARGESSE_REWARD_LIST_TIMESTAMPS)."""
+    (docs/api.md, LARGESSE_REWARD_LIST_TIMESTAMPS). Emails are idn-email, a superset of email."""
     from largesse import auth
     from largesse.campaigns.service import FEE_CHARGED_TO
     from largesse.fields.service import DATA_TYPES
@@ -125,7 +125,7 @@ def _constraints() -> dict[str, dict[str, dict]]:
                       "PENDING INTERNAL PAYMENT APPROVAL", "PENDING SETTLEMENT"]
     channels = ["UI", "API", "EMBED", "DECIPHER", "QUALTRICS", "TYPEFORM", "SURVEY MONKEY", "YOTPO"]
     when = {"format": "date-time"}
-    email = {"format": "email"}
+    email = {"format": "idn-email"}  # email_address.valid takes non-ASCII addresses (SMTPUTF8)
     role = {"enum": list(ROLES)}
     return {
         "OrderOut": {"status": {"enum": order_statuses}, "channel": {"enum": channels}, "created_at": when},
