@@ -175,6 +175,7 @@ def test_the_document_carries_the_enums_formats_and_maxima_of_api_md(server):
 
     assert "PENDING APPROVAL" in prop("OrderOut", "status")["enum"] and prop("OrderOut", "channel")["enum"][1] == "API"
     assert prop("OrderOut", "created_at")["format"] == "date-time"
+    assert prop("OrganizationOut", "created_at")["format"] == "date"  # API.md §3: a date
     assert prop("DeliveryIn", "method")["enum"] == ["EMAIL", "LINK", "PHONE"]
     assert prop("CreateFieldIn", "data_type")["enum"] == prop("FieldOut", "data_type")["enum"] == list(DATA_TYPES)
     assert prop("SimulateIn", "event")["enum"] == list(SIMULATED_EVENTS)

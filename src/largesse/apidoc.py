@@ -153,7 +153,8 @@ def _constraints() -> dict[str, dict[str, dict]]:
         "CreateApiKeyIn": {"permission": {"enum": list(auth.PERMISSIONS)}},
         "SimulateIn": {"event": {"enum": list(SIMULATED_EVENTS)}},
         "InvoiceOut": {"status": {"enum": ["DELETED", "PAID", "OPEN"]}, "created_at": when, "paid_at": when},
-        "OrganizationOut": {"status": {"enum": ["PENDING", "APPROVED", "REJECTED"]}, "created_at": when},
+        "OrganizationOut": {"status": {"enum": ["PENDING", "APPROVED", "REJECTED"]},
+                            "created_at": {"format": "date"}},  # a date (API.md §3 Organization)
         "ReportOut": {"status": {"enum": ["CREATED", "PROCESSING", "READY_FOR_DOWNLOAD", "FAILED"]},
                       "created_at": when, "expected_completion_at": when},
         "TopupOut": {"status": {"enum": ["created", "partially_credited", "fully_credited", "reversed",
