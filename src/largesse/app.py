@@ -14,11 +14,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from largesse import __version__, auth, db, paths, ratelimit
+from largesse import __version__, apidoc, auth, db, paths, ratelimit
 from largesse.config import Settings
 from largesse.db import make_engine
 from largesse.errors import ApiError, ServiceUnavailable, Unauthorized, first_message, payload_from
-from largesse.schemas import Out
 from largesse.web import json_response
 
 log = logging.getLogger("largesse")
@@ -32,26 +31,6 @@ STATIC_DIR = Path(__file__).parent / "static"
 # (method, path or path prefix ending in "/", path suffix)
 VALIDATION_422 = (("POST", "/campaigns", ""), ("PUT", "/campaigns/", ""), ("POST", "/fields", ""),
                   ("POST", "/rewards/", ""), ("POST", "/webhooks/", "/simulate"))
-
-
-class ErrorBody(Out):
-    errors: dict
-
-
-ERROR_RESPONSES = {
-    status: {"model": ErrorBody, "description": text} for status, text in (
-        (400, "Invalid request: {errors: {message, payload}}, payload mirrors the offending keys"),
-        (401, "Missing, invalid or revoked API key"),
-        (402, "Insufficient funds"),
-        (403, "Not allowed: a read-only API key's write, or an action this resource does not take "
-              "(e.g. generate_link of an EMAIL reward)"),
-        (404, "Not found (including other organizations' resources)"),
-        (409, "external_id reused with other parameters"),
-        (413, "Request body larger than 1,000,000 bytes"),
-        (422, "Unprocessable request"),
-        (429, "Rate limit exceeded (per API key or organization): see Retry-After and RateLimit-* headers"),
-    )
-}
 
 
 def _validation_status(request: Request) -> int:
@@ -218,7 +197,8 @@ def _serve_api_docs(app: FastAPI) -> None:
 
 def _document_self_parsed_bodies(app: FastAPI) -> None:
     """Put the schemas of bodies that endpoints parse themselves (web.json_body_doc) into the
-    OpenAPI components, where their requestBody $refs point."""
+    OpenAPI components, where their requestBody $refs point; then the bearer scheme, each
+    operation's errors and API.md's constraints (apidoc.py)."""
     from largesse.web import SELF_PARSED_BODIES
 
     generate = app.openapi
@@ -232,6 +212,8 @@ def _document_self_parsed_bodies(app: FastAPI) -> None:
                     schemas.setdefault(name, definition)
                 schemas[model.__name__] = schema
             _document_bearer_auth(app.openapi_schema)
+            apidoc.document_errors(app.openapi_schema, API_PREFIX)
+            apidoc.document_constraints(app.openapi_schema)
         return app.openapi_schema
 
     app.openapi = openapi
@@ -432,10 +414,10 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
                    transactions_router, orgs_router, webhooks_router, approvals_router, topups_router,
                    invoices_router, forex_router, connected_router):
-        app.include_router(router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    app.include_router(delivery_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    app.include_router(reports_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    app.include_router(fraud_router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+        app.include_router(router, prefix=API_PREFIX)
+    app.include_router(delivery_router, prefix=API_PREFIX)
+    app.include_router(reports_router, prefix=API_PREFIX)
+    app.include_router(fraud_router, prefix=API_PREFIX)
     app.include_router(report_download_router)  # /reports/download/{token}: the CSV link, outside the API
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
     paths.serve_html_404(app, "/redeem/", redemption_not_found, valid=REDEEM_TOKEN_PATH)

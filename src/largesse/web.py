@@ -265,19 +265,20 @@ def parse_json_body(model: type[M], raw: bytes) -> M:
 
 
 def q_int(name: str, default: int, *, low: int, high: int | None = None) -> dict:
-    """The OpenAPI declaration of a query parameter read by int_param (same bounds)."""
-    schema: dict = {"type": "integer", "default": default, "minimum": low}
+    """The OpenAPI declaration of a query parameter read by int_param (same bounds): the
+    maximum is `high` (API.md's, e.g. 500 rows), though a larger value is read as it, not
+    refused; without one, MAX_OFFSET, beyond which int_param answers 400."""
+    schema: dict = {"type": "integer", "default": default, "minimum": low,
+                    "maximum": MAX_OFFSET if high is None else high}
     text = f"default {default}"
     if high is not None:
         text += f"; above {high} reads as {high}"
-    else:
-        schema["maximum"] = MAX_OFFSET  # beyond: 400, as int_param answers
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": text}
 
 
-def q_str(name: str, description: str, *, required: bool = False) -> dict:
-    return {"name": name, "in": "query", "required": required, "schema": {"type": "string"},
-            "description": description}
+def q_str(name: str, description: str, *, required: bool = False, enum: tuple[str, ...] = ()) -> dict:
+    schema: dict = {"type": "string", "enum": list(enum)} if enum else {"type": "string"}
+    return {"name": name, "in": "query", "required": required, "schema": schema, "description": description}
 
 
 def q_time(name: str) -> dict:

@@ -92,7 +92,7 @@ PAGING = Paging(limit=10, high=100)  # API.md §1
 
 
 @router.get("/fraud_reviews", response_model=FraudReviewList, openapi_extra=query_doc(
-    PAGING.doc(), q_str("status", "flagged, blocked or released"),
+    PAGING.doc(), q_str("status", "flagged, blocked or released", enum=service.REVIEW_STATUSES),
     [q_time(f"{field}[{bound}]") for field in ("created_at", "redeemed_at") for bound in ("gte", "lte")]))
 async def list_fraud_reviews(request: Request, caller: CallerDep, engine: EngineDep):
     """Held redemptions, newest first. Query: offset, limit (1..100, default 10), status

@@ -59,6 +59,7 @@ _SHARED = ipaddress.IPv4Network("100.64.0.0/10")
 # (192.0.0.0/24, of which only two anycast services are reachable) and the deprecated 6to4
 # relay anycast (RFC 7526). No webhook receiver lives there.
 _SPECIAL_V4 = (ipaddress.IPv4Network("192.0.0.0/24"), ipaddress.IPv4Network("192.88.99.0/24"))
+_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 _SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")  # RFC 3879: deprecated, still routed where configured
 _DOCUMENTATION_V6 = ipaddress.IPv6Network("3fff::/20")  # RFC 9637, not yet in Python 3.11's tables
 
@@ -149,9 +150,12 @@ def refusal(address: IPAddress) -> str | None:
             return f"must not point to a site-local address ({address})"
         if address in _DOCUMENTATION_V6:
             return f"must not point to a documentation address ({address})"
+    if address == _BROADCAST:  # reserved too, but docs/webhooks.md words it "a private address"
+        return f"must not point to a private address ({address})"
+    # reserved before private: Python counts 240/4 as both, and docs/webhooks.md names it reserved
     for flag, what in (("is_unspecified", "an unspecified"), ("is_loopback", "a loopback"),
                        ("is_link_local", "a link-local"), ("is_multicast", "a multicast"),
-                       ("is_private", "a private"), ("is_reserved", "a reserved")):
+                       ("is_reserved", "a reserved"), ("is_private", "a private")):
         if getattr(address, flag):
             return f"must not point to {what} address ({address})"
     if isinstance(address, ipaddress.IPv4Address) and address in _SHARED:
