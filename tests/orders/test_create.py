@@ -437,6 +437,15 @@ def test_org_fee_settings_apply(org, http, cli):
     assert available_cents(http) == 500000 - 6250
 
 
+def test_a_percentage_fee_rounds_half_up_to_the_cent(org, http, cli):
+    """docs/api.md: the percentage is in basis points, rounded half up: 2.5 % of 20.20 USD is
+    50.5 cents, charged as 0.51 (a truncation would charge 0.50)."""
+    cli("org", "fees", "--org", org.id, "--basis-points", "250")
+    order = ok(http.post("/orders", json=many_rewards_body(org.member_email, [20.20])))["order"]
+    assert (order["payment"]["subtotal"], order["payment"]["fees"], order["payment"]["total"]) == (20.2, 0.51, 20.71)
+    assert available_cents(http) == 500000 - 2071
+
+
 def test_a_zero_decimal_currencys_range_is_written_without_decimals(engine, server):
     """The band of a JPY product, in the message of a refused denomination: "100 and 100000 JPY",
     not "100.00 and 100000.00 JPY" (amounts of a currency are written with its own decimals)."""
