@@ -118,6 +118,29 @@ def test_cancel_refused_for_redeemed_and_expired_rewards(org, http, engine):
     _set_reward(engine, redeemed, status="ACTIVE", redeemed_at=None)
 
 
+def test_an_expired_reward_whose_delivery_failed_is_not_canceled(org, http, engine, deliver, make_server):
+    """API.md §2.5: cancel works on non-expired rewards only. A reward whose delivery FAILED
+    (the one cancelable kind) but whose expiry has passed (the sweep has not stored it yet) is
+    refused and refunds nothing; so is any expired unredeemed reward on a server that cancels
+    those whatever their delivery (LARGESSE_CANCEL_ANY_UNREDEEMED)."""
+    failed = place(http, failing(org.member_email))["rewards"][0]["id"]
+    deliver()
+    assert reward_row(engine, failed).delivery_status == "FAILED"
+    pending = place(http, org.member_email, method="LINK")["rewards"][0]["id"]
+    for reward_id in (failed, pending):
+        _set_reward(engine, reward_id, expires_at=utcnow() - timedelta(seconds=1))
+    before = available_cents(http)
+    assert error(http.post(f"/rewards/{failed}/cancel"), 422)["payload"] == {"id": ["it has expired"]}
+    server = make_server(cancel_any_unredeemed=True)
+    with org.http() as client:
+        client.base_url = f"{server.url}/api/v2"
+        for reward_id in (failed, pending):
+            assert error(client.post(f"/rewards/{reward_id}/cancel"), 422)["payload"] == {"id": ["it has expired"]}
+    for reward_id in (failed, pending):
+        assert reward_row(engine, reward_id).status == "ACTIVE" and _refunds(engine, reward_id) == []
+    assert available_cents(http) == before
+
+
 def test_other_organizations_rewards_are_404(org, other_org, http):
     reward_id = place(http, org.member_email)["rewards"][0]["id"]
     with other_org.http() as other:

@@ -56,6 +56,16 @@ def test_smtp_multipart_with_campaign_copy_placeholders_and_escaping(org, http, 
     assert len(sink.handler.to(org.member_email)) == 1
 
 
+def test_the_senders_message_carries_the_rewards_language(org, http, sink, fast, drain):
+    """The reward's `language` (pt-BR) marks the sender's message in the email it was sent
+    (docs/delivery.md); the template's own words stay English."""
+    _order(http, org.member_email, language="pt-BR", delivery={"method": "EMAIL", "meta": {"message": "Obrigado!"}})
+    drain(fast(smtp_url=sink.url))
+    [message] = sink.handler.to(org.member_email)
+    _, html = _parts(message)
+    assert '<html lang="en">' in html and re.search(r'<p [^>]*lang="pt-BR" dir="auto">Obrigado!</p>', html)
+
+
 def test_placeholders_name_labels_of_any_script(org, http, sink, fast, drain):
     """{{ Größe }} and {{ 部署 }} are filled as {{ Department }} is (they stayed as written: the
     placeholder pattern took ASCII labels only), case-insensitively and with spaces folded."""

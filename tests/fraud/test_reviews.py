@@ -284,6 +284,35 @@ def test_email_count_amount_device_and_blocked_rules(org, api, engine, http):
     assert api.list_fraud_reviews(limit=2).total_count == 4 and len(api.list_fraud_reviews(limit=2).fraud_reviews) == 2
 
 
+def test_three_reasons_are_high_risk(org, api, http):
+    """docs/fraud.md: risk is high with 3 or more reasons (medium with 2, low with 1)."""
+    ip = fake_ip()
+    review_ip(api, ip)
+    for rule_type, config in (("review_email", {"domains": ["example.com"]}),
+                              ("review_country", {"type": "whitelist", "countries": ["US"]})):
+        assert http.post(f"/fraud_rules/{rule_type}", json={"config": config}).status_code == 200
+    reward_id, link = link_reward(org)
+    redeem(link, ip=ip)  # a private address: no country, so the whitelist holds it too
+    review = ok(http.get(f"/fraud_reviews/{reward_id}"))["fraud_review"]
+    assert review["reasons"] == ["Disallowed IP", "Disallowed email", "Disallowed country"]
+    assert review["risk"] == "high"
+
+
+def test_the_amount_limit_holds_only_over_it(org, api, engine, http):
+    """docs/fraud.md: review_redeemed_rewards_amount holds a redemption that takes the total
+    *over* the limit: with 30.00, a recipient's 20.00 then 10.00 (exactly 30.00) are both paid."""
+    http.post("/fraud_rules/review_redeemed_rewards_amount", json={"config": {"amount": 30, "period": "7"}})
+    first, link = link_reward(org, denomination=20)
+    assert "TEST-" in redeem(link)
+    second, link = link_reward(org, denomination=10)
+    assert "TEST-" in redeem(link)
+    assert payout_count(engine, second) == 1
+    assert ok(http.get("/fraud_reviews"))["total_count"] == 0
+    third, link = link_reward(org, denomination=5)  # anything more is over it
+    assert "under review" in redeem(link)
+    assert api.get_fraud_review(third).fraud_review.reasons == ["Over reward amount limit"]
+
+
 def test_reviews_are_scoped_and_validated(org, other_org, api, http):
     ip = fake_ip()
     review_ip(api, ip)

@@ -73,7 +73,7 @@ def test_fees_convert_with_the_denomination_rounded_half_up(org, http, cli):
     # The flat fee is in the organization's currency: 0.50 USD is 0.46 EUR (46.075 cents, half up).
     flat = _charge(50, _rate(Decimal(1), DEFAULT_EUR_PER_USD))
     assert flat == 46
-    fee = (3333 * 250 + 5000) // 10000 + flat
+    fee = 83 + flat  # 2.5 % of 33.33 EUR is 83.325 cents: 0.83 EUR, half up
     total, subtotal = _charge(3333 + fee, rate), _charge(3333, rate)
     assert order["payment"]["total"] == total / 100 and order["payment"]["subtotal"] == subtotal / 100
     assert round(order["payment"]["fees"] * 100) == total - subtotal
@@ -108,7 +108,7 @@ def test_a_yen_organizations_flat_fee_is_in_yen_whatever_the_rewards_currency(en
 
 def test_a_yen_percentage_fee_is_whole_yen(engine, server, cli):
     """1.5 % of 1,001 JPY is 15 JPY (15.015 half up to the yen), not 15.02: every amount of a
-    zero-decimal currency is whole units."""
+    zero-decimal currency is whole units; of 1,034 JPY it is 16 (15.51, half up)."""
     from tests.yen_kit import yen_order_body, yen_org, yen_product
 
     yen, product = yen_org(engine, server.url), yen_product(engine)
@@ -118,6 +118,10 @@ def test_a_yen_percentage_fee_is_whole_yen(engine, server, cli):
         order = ok(http.post("/orders", json=yen_order_body(yen.member_email, product, yen=1001)))["order"]
         assert (order["payment"]["fees"], order["payment"]["total"]) == (15, 1016)
         assert available_cents(http) == before - 101600
+        # 15.495 yen is 15, 15.51 yen is 16: half up to the yen, not truncated.
+        for denomination, fee in ((1033, 15), (1034, 16)):
+            order = ok(http.post("/orders", json=yen_order_body(yen.member_email, product, yen=denomination)))["order"]
+            assert (order["payment"]["fees"], order["payment"]["total"]) == (fee, denomination + fee)
     assert ledger_problems(cli, yen.id) == []
 
 

@@ -380,9 +380,15 @@ def test_language_not_iso_639_1_is_400(org, http, language):
     assert snapshot(http) == before
 
 
-@pytest.mark.parametrize("language", ["de", "EN", "pt-BR", "zh-Hant"])
-def test_language_iso_639_1_with_subtags_is_accepted(org, http, language):
-    ok(http.post("/orders", json=order_body(org.member_email, language=language)))
+@pytest.mark.parametrize(("language", "stored"), [("de", "de"), ("EN", "en"), ("pt-BR", "pt-BR"),
+                                                   ("zh-Hant", "zh-Hant"), ("PT-br", "pt-br")])
+def test_language_iso_639_1_with_subtags_is_accepted(org, http, engine, language, stored):
+    """docs/api.md: stored with the code in lower case, the subtags as given (the API's reward
+    has no language field: the email's copy carries it, tests/delivery/test_email.py)."""
+    from tests.delivery.conftest import reward_row
+
+    order = ok(http.post("/orders", json=order_body(org.member_email, language=language)))["order"]
+    assert reward_row(engine, order["rewards"][0]["id"]).language == stored
 
 
 def test_unknown_campaign_is_400(org, http):
@@ -435,6 +441,15 @@ def test_org_fee_settings_apply(org, http, cli):
     assert order["payment"]["subtotal"] == 60 and order["payment"]["fees"] == 2.5
     assert order["payment"]["total"] == 62.5
     assert available_cents(http) == 500000 - 6250
+
+
+def test_a_percentage_fee_rounds_half_up_to_the_cent(org, http, cli):
+    """docs/api.md: the percentage is in basis points, rounded half up: 2.5 % of 20.20 USD is
+    50.5 cents, charged as 0.51 (a truncation would charge 0.50)."""
+    cli("org", "fees", "--org", org.id, "--basis-points", "250")
+    order = ok(http.post("/orders", json=many_rewards_body(org.member_email, [20.20])))["order"]
+    assert (order["payment"]["subtotal"], order["payment"]["fees"], order["payment"]["total"]) == (20.2, 0.51, 20.71)
+    assert available_cents(http) == 500000 - 2071
 
 
 def test_a_zero_decimal_currencys_range_is_written_without_decimals(engine, server):

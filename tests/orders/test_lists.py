@@ -228,3 +228,13 @@ def test_a_limit_of_any_size_reads_as_the_maximum(http, server, path):
         "paths"]["/api/v2" + path]["get"]["parameters"] if p["name"] == "offset")
     assert schema["maximum"] == 10**9
     error(http.get(f"{path}?offset={10**9 + 1}"), 400)
+
+
+def test_a_limit_above_the_maximum_cuts_the_page_at_the_maximum(http):
+    """docs/api.md: "larger values are clamped": with 11 invoices (whose list's maximum is 10),
+    a limit of 11, 2147483647 or more answers 10 of them, and the total counts all 11."""
+    for amount in range(1, 12):
+        ok(http.post("/invoices", json={"amount": amount}))
+    for limit in ("11", "2147483647", "99999999999999999999"):
+        page = ok(http.get(f"/invoices?limit={limit}"))
+        assert (len(page["invoices"]), page["total_count"]) == (10, 11)

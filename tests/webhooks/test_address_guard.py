@@ -137,6 +137,67 @@ def test_sending_time_guard_refuses_a_loopback_receiver(http, receiver, engine, 
     assert http.delete(f"/webhooks/{hook['id']}").status_code == 204
 
 
+def _rebinding(monkeypatch, port: int) -> None:
+    """Names under .rebind.test resolve to 127.0.0.1 (an in-process resolver: no DNS query
+    leaves the machine); other names resolve as ever."""
+    import socket
+
+    real = socket.getaddrinfo
+
+    def fake(host, *args, **kwargs):
+        if str(host).endswith(".rebind.test"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+
+
+def test_a_name_resolving_inside_at_sending_time_is_refused(monkeypatch):
+    """A name that pointed outside at creation and resolves to 127.0.0.1 when an event is
+    sent (DNS rebinding): check_for_send refuses it, before any connection."""
+    _rebinding(monkeypatch, 9)
+    with pytest.raises(addresses.UnsafeURL, match="resolves to"):
+        addresses.check_for_send("http://hooks.rebind.test:9/x", False, time.monotonic() + 5)
+    target, resolved = addresses.check_for_send("http://hooks.rebind.test:9/x", True, time.monotonic() + 5)
+    assert target.host == "hooks.rebind.test" and [str(a) for a in resolved] == ["127.0.0.1"]
+
+
+def test_a_name_resolving_to_one_public_and_one_private_address_is_refused():
+    """Every address is checked: one public address among them does not let a private one in."""
+    import ipaddress
+
+    target = addresses.parse("http://mixed.example/x")
+    for resolved in ([ipaddress.IPv4Address("93.184.216.34"), ipaddress.IPv4Address("10.0.0.1")],
+                     [ipaddress.IPv4Address("10.0.0.1"), ipaddress.IPv4Address("93.184.216.34")]):
+        with pytest.raises(addresses.UnsafeURL, match="resolves to"):
+            addresses.check_resolved(target, resolved, allow_private=False)
+    addresses.check_resolved(target, [ipaddress.IPv4Address("93.184.216.34")], allow_private=False)
+
+
+def test_a_delivery_to_a_name_resolving_inside_fails_for_good(http, engine, fast, monkeypatch):
+    """The worker (in this process) resolves the webhook's name to 127.0.0.1: the attempt is a
+    permanent refusal, not a retry. Nothing listens at that port (a bound socket that never
+    accepts), so even a guard that let it through would deliver nothing."""
+    import socket
+
+    settings = fast(webhook_allow_private=False)
+    settle(engine, fast())
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, not listening: a connection is refused
+    try:
+        _rebinding(monkeypatch, closed.getsockname()[1])
+        url = f"http://hooks.rebind.test:{closed.getsockname()[1]}/x"
+        hook = http.post("/webhooks", json={"url": url}).json()["webhook"]
+        assert http.post(f"/webhooks/{hook['id']}/simulate", json={"event": "REWARDS.CANCELED"}).status_code == 200
+        log = wait_for(lambda: http.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"],
+                       settings=settings, engine=engine)
+        assert log[0]["status"] == "FAILED" and log[0]["will_retry"] is False
+        assert "refused" in log[0]["error"] and "resolves to" in log[0]["error"]
+        assert http.delete(f"/webhooks/{hook['id']}").status_code == 204
+    finally:
+        closed.close()
+
+
 @pytest.mark.parametrize("url", [
     "ftp://example.com/x", "http://", "http:///x", "http://exa mple.com/", "http://a\\@127.0.0.1/",
     "http://[::1/", "http://[zz::1]/", "http://host:99999/", "http://host:0/", "http://" + "a" * 300 + ".com/",
