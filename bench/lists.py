@@ -1,4 +1,4 @@
-"""The other lists at 100,000 rows: balance transactions, fraud reviews, invoices, top-ups,
+"""The other lists at 100,000 rows: orders, balance transactions, fraud reviews, invoices, top-ups,
 connected organizations, right after a bulk load.
 
 One fresh database per run (PostgreSQL: named lists_*, dropped afterwards), migrated as `largesse
@@ -8,7 +8,8 @@ N invoices; N top-ups; N connected organizations). On PostgreSQL autovacuum is d
 tables until the measurements end, so the planner has no statistics, as right after an import
 (SQLite never has any: the app runs no ANALYZE). One `largesse serve --workers 1` answers, over
 one keep-alive connection, `reps` sequential requests per page (after one warm-up request):
-each list's first page, a filtered first page where the list has filters, and offset=50000.
+each list's first page, a filtered first page where the list has filters, a filter that matches
+nothing (which must not walk the whole list), and offset=50000.
 Printed per page: median and p95 wall ms, and the server's CPU ms per request (user + system
 of the serving process, over the requests).
 
@@ -43,11 +44,18 @@ def pages(rows: int, start) -> dict[str, str]:
         return (start + timedelta(seconds=int(rows * fraction))).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     deep = rows // 2
+    never = "2099-01-01T00:00:00Z"
     return {
+        "orders": "/api/v2/orders",
+        "orders limit=100": "/api/v2/orders?limit=100",
+        "orders limit=500": "/api/v2/orders?limit=500",
+        "orders campaign_id=NOPE": "/api/v2/orders?campaign_id=NOPE",
+        f"orders offset={deep}": f"/api/v2/orders?offset={deep}",
         "balance_transactions": "/api/v2/balance_transactions",
         "balance_transactions gte": f"/api/v2/balance_transactions?created_at%5Bgte%5D={at(0.5)}",
         "balance_transactions gte+lte": (f"/api/v2/balance_transactions?created_at%5Bgte%5D={at(0.25)}"
                                          f"&created_at%5Blte%5D={at(0.75)}"),
+        "balance_transactions gte 2099": f"/api/v2/balance_transactions?created_at%5Bgte%5D={never}",
         f"balance_transactions offset={deep}": f"/api/v2/balance_transactions?offset={deep}",
         "fraud_reviews": "/api/v2/fraud_reviews",
         "fraud_reviews status=flagged": "/api/v2/fraud_reviews?status=flagged",
@@ -55,6 +63,7 @@ def pages(rows: int, start) -> dict[str, str]:
         "fraud_reviews created gte": f"/api/v2/fraud_reviews?created_at%5Bgte%5D={at(0.5)}",
         "fraud_reviews created gte+lte": (f"/api/v2/fraud_reviews?created_at%5Bgte%5D={at(0.25)}"
                                           f"&created_at%5Blte%5D={at(0.75)}"),
+        "fraud_reviews created gte 2099": f"/api/v2/fraud_reviews?created_at%5Bgte%5D={never}",
         "fraud_reviews redeemed gte": f"/api/v2/fraud_reviews?redeemed_at%5Bgte%5D={at(0.5)}",
         f"fraud_reviews offset={deep}": f"/api/v2/fraud_reviews?offset={deep}",
         "invoices": "/api/v2/invoices",

@@ -110,9 +110,10 @@ def get_connected_org(conn: Connection, platform_id: str, connected_id: str, *, 
 
 def list_connected_orgs(conn: Connection, platform_id: str, *, offset: int, limit: int):
     """(rows newest first, total_count bounded as every list counts: paging.bounded_count). A
-    walk of ix_connected_organizations_platform_created_id that stops after offset + limit
-    rows (db.index_walks: PostgreSQL without statistics read every row through the partial
-    unique index and sorted them)."""
+    walk of ix_connected_organizations_live_created_id that stops after offset + limit rows
+    (db.index_walks). The index is partial on deleted_at IS NULL, as the list's WHERE: when only
+    uq_connected_organizations_client_id was, PostgreSQL without statistics read every live row
+    through it and sorted them, index_walks or not (migration 0028)."""
     return _LIST.page(conn, {"platform_id": platform_id}, offset=offset, limit=limit)
 
 

@@ -55,8 +55,10 @@ orders = Table(
     Column("fx_total_cents", BigInteger, nullable=True),
     # Enforced by the database, so concurrent duplicates cannot both be created.
     UniqueConstraint("organization_id", "external_id"),
-    Index("ix_orders_org_created", "organization_id", "created_at"),
-    Index("ix_orders_org_campaign", "organization_id", "campaign_id"),
+    # The list, newest first by (created_at, id), and by campaign: walks that stop after offset +
+    # limit orders (migration 0028).
+    Index("ix_orders_org_created_id", "organization_id", "created_at", "id"),
+    Index("ix_orders_org_campaign_created_id", "organization_id", "campaign_id", "created_at", "id"),
     Index("ix_orders_org_status_created", "organization_id", "status", "created_at", "id"),  # approvals queue
 )
 

@@ -140,7 +140,10 @@ def list_orders(conn: Connection, org: str, *, offset: int, limit: int, campaign
 
     An exact count walked every order of the organization: with 100,000 orders on PostgreSQL
     right after a bulk load, 10-15 ms for the count and 24-28 ms for a page planned as a bitmap
-    scan and a sort (docs/benchmarks.md); the page walks ix_orders_org_created now."""
+    scan and a sort (docs/benchmarks.md). The page walks ix_orders_org_created_id (by campaign,
+    ix_orders_org_campaign_created_id), which ends with the list's order, and stops after offset
+    + limit orders (db.index_walks); on (organization_id, created_at) alone both planners sorted
+    every order (migration 0028)."""
     return _ORDER_LIST.page(conn, {"org": org, "campaign_id": campaign_id, "external_id": external_id,
                                    "created_gte": created_gte, "created_lte": created_lte}, offset=offset, limit=limit)
 
