@@ -177,8 +177,15 @@ def test_the_document_carries_the_enums_formats_and_maxima_of_api_md(server):
     assert prop("OrderOut", "created_at")["format"] == "date-time"
     assert prop("OrganizationOut", "created_at")["format"] == "date"  # API.md §3: a date
     assert prop("DeliveryIn", "method")["enum"] == ["EMAIL", "LINK", "PHONE"]
-    assert prop("CreateFieldIn", "data_type")["enum"] == prop("FieldOut", "data_type")["enum"] == list(DATA_TYPES)
-    assert prop("SimulateIn", "event")["enum"] == list(SIMULATED_EVENTS)
+    api_md_data_types = ["Checkbox", "Currency", "Date", "Dropdown", "Email", "List", "Number", "Phone", "Text",
+                         "TextArea"]  # API.md §5 FieldDataType, as written there
+    assert prop("CreateFieldIn", "data_type")["enum"] == prop("FieldOut", "data_type")["enum"] == api_md_data_types
+    assert list(DATA_TYPES) == api_md_data_types
+    assert {"ORDERS.CREATED", "REWARDS.DELIVERY.FAILED", "CAMPAIGNS.CREATED", "PRODUCTS.ADDED"} <= set(
+        prop("SimulateIn", "event")["enum"]) == set(SIMULATED_EVENTS)
+    assert prop("InvoiceOut", "status")["enum"] == ["DELETED", "PAID", "OPEN"]
+    assert prop("MemberOut", "status")["enum"] == ["REGISTERED", "INVITED"]
+    assert prop("ReportOut", "status")["enum"] == ["CREATED", "PROCESSING", "READY_FOR_DOWNLOAD", "FAILED"]
     assert "ADMIN" in prop("CreateMemberIn", "role")["enum"]
     assert prop("CreateMemberIn", "email")["format"] == "idn-email"
     assert prop("RecipientIn", "email")["format"] == schemas["RewardOut"]["properties"]["recipient"][

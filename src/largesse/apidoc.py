@@ -29,7 +29,7 @@ def _takes_input(method: str, path: str, operation: dict) -> bool:
     return bool(operation.get("parameters")) or "requestBody" in operation
 
 
-_WEBHOOK_KEY = "the webhook's signing key cannot be decrypted (LARGESSE_SECRET_KEY changed)"
+_WEBHOOK_KEY = "the webhook's signing key cannot be decrypted with the configured secret or key file"
 _CONFLICTS = {  # a 409 says something different on each operation that answers it
     ("post", "/orders"): "external_id reused with other parameters",
     ("post", "/topups"): "idempotency_key reused with other values",
@@ -116,11 +116,15 @@ def _constraints() -> dict[str, dict[str, dict]]:
     from largesse import auth
     from largesse.campaigns.service import FEE_CHARGED_TO
     from largesse.fields.service import DATA_TYPES
+    from largesse.invoices import service as invoices
     from largesse.orders.browse import DELIVERY_STATUSES
     from largesse.orders.schemas import DELIVERY_METHODS
     from largesse.orgs.roles import ROLES
+    from largesse.orgs.service import INVITED, REGISTERED
+    from largesse.reports import service as reports
     from largesse.webhooks.service import SIMULATED_EVENTS
 
+    # API.md §5's whole enums, of which the code writes a subset (no constant holds them all).
     order_statuses = ["CANCELED", "OPEN", "EXECUTED", "FAILED", "PENDING APPROVAL",
                       "PENDING INTERNAL PAYMENT APPROVAL", "PENDING SETTLEMENT"]
     channels = ["UI", "API", "EMBED", "DECIPHER", "QUALTRICS", "TYPEFORM", "SURVEY MONKEY", "YOTPO"]
@@ -147,15 +151,16 @@ def _constraints() -> dict[str, dict[str, dict]]:
         "FieldOut": {"data_type": {"enum": list(DATA_TYPES)}},
         "CreateMemberIn": {"role": role, "email": email},
         "UpdateMemberIn": {"role": role},
-        "MemberOut": {"status": {"enum": ["REGISTERED", "INVITED"]}, "email": email},
+        "MemberOut": {"status": {"enum": [REGISTERED, INVITED]}, "email": email},
         "CreateCampaignIn": {"fee_charged_to": {"enum": list(FEE_CHARGED_TO)}},
         "UpdateCampaignIn": {"fee_charged_to": {"enum": list(FEE_CHARGED_TO)}},
         "CreateApiKeyIn": {"permission": {"enum": list(auth.PERMISSIONS)}},
         "SimulateIn": {"event": {"enum": list(SIMULATED_EVENTS)}},
-        "InvoiceOut": {"status": {"enum": ["DELETED", "PAID", "OPEN"]}, "created_at": when, "paid_at": when},
+        "InvoiceOut": {"status": {"enum": [invoices.DELETED, invoices.PAID, invoices.OPEN]}, "created_at": when,
+                       "paid_at": when},
         "OrganizationOut": {"status": {"enum": ["PENDING", "APPROVED", "REJECTED"]},
                             "created_at": {"format": "date"}},  # a date (API.md §3 Organization)
-        "ReportOut": {"status": {"enum": ["CREATED", "PROCESSING", "READY_FOR_DOWNLOAD", "FAILED"]},
+        "ReportOut": {"status": {"enum": [reports.CREATED, reports.PROCESSING, reports.READY, reports.FAILED]},
                       "created_at": when, "expected_completion_at": when},
         "TopupOut": {"status": {"enum": ["created", "partially_credited", "fully_credited", "reversed",
                                          "rejected"]}},

@@ -211,20 +211,15 @@ def warn_of_a_missing_key_file(engine, settings: Settings, process: str) -> None
     answered 409 and its events failed, and anything encrypted next was under the stray key."""
     import logging
 
-    from sqlalchemy import func, select
-
     from largesse.crypto import key_file_path
-    from largesse.fraud.models import fraud_reviews
-    from largesse.webhooks.models import webhooks
+    from largesse.fraud import service as fraud
+    from largesse.webhooks import service as webhooks
 
     path = key_file_path(settings.database_url).resolve()
     if settings.secret_keys or path.exists():
         return
     with db.read(engine) as conn:
-        keys = conn.execute(select(func.count()).select_from(webhooks)
-                            .where(webhooks.c.private_key_encrypted.is_not(None))).scalar_one()
-        held = conn.execute(select(func.count()).select_from(fraud_reviews)
-                            .where(fraud_reviews.c.encrypted_details.is_not(None))).scalar_one()
+        keys, held = webhooks.count_encrypted_keys(conn), fraud.count_held_details(conn)
     if keys or held:
         logging.getLogger(f"largesse.{process}").warning(
             "LARGESSE_SECRET_KEY is unset and the key file %s does not exist, but the database holds %d webhook "

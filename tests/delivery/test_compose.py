@@ -109,6 +109,7 @@ def test_a_local_part_that_is_not_ascii_goes_out_with_smtputf8():
     "x" * 30 + " <ceo@bank.example>, " + "y" * 30,  # long enough to fold: the quotes were dropped
     'Short "<ceo@bank.example>", z',
     "Acme\r\nBcc: victim@example.com",
+    "=?utf-8?q?x=2C_y?=",  # an encoded word the package decoded into `x, y`: two mailboxes
 ])
 def test_a_name_never_adds_an_address(forged):
     """Names come from API clients (sender_name, a campaign's, the organization's, the

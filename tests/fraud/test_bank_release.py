@@ -123,6 +123,24 @@ def test_held_details_that_cannot_be_read_are_a_422_and_the_review_can_still_be_
         assert refund_count(engine, reward_id) == 1 and _stored(engine, reward_id) is None
 
 
+def test_details_sealed_under_another_secret_name_the_secret_or_key_file_tried(org, engine, http, base_settings):
+    """The 422 of held details that no configured secret opens says what was tried, as the
+    webhook 409 does: LARGESSE_SECRET_KEY when it is set, else the key file's path (it said
+    "LARGESSE_SECRET_KEY" to an operator who had never set it)."""
+    from largesse import crypto
+
+    reward_id, _ = _held_bank_deposit(org, http)
+    foreign = crypto.KeyBox(["a-secret-this-server-never-had"], crypto.RECIPIENT_DETAILS)
+    with db.write(engine) as conn:
+        conn.execute(text("UPDATE fraud_reviews SET encrypted_details = :s WHERE reward_id = :id"),
+                     {"s": foreign.encrypt('{"kind": "us_bank_account"}'), "id": reward_id})
+    refused = http.put(f"/fraud_reviews/{reward_id}/release")
+    assert refused.status_code == 422, refused.text
+    message = refused.json()["errors"]["message"]
+    tried = crypto.keybox(base_settings, crypto.RECIPIENT_DETAILS).key_file
+    assert (f"the key file {tried}" if tried else "cannot be decrypted with LARGESSE_SECRET_KEY") in message, message
+
+
 def test_secrets_rotate_re_encrypts_held_details(org, engine, http, cli, base_settings):
     """`largesse secrets rotate` re-encrypts held bank details with the webhook keys: after it,
     the old secret can go and the review still pays (docs/webhooks.md's procedure left them

@@ -119,7 +119,8 @@ def test_a_yen_percentage_fee_is_whole_yen(engine, server, cli):
         assert (order["payment"]["fees"], order["payment"]["total"]) == (15, 1016)
         assert available_cents(http) == before - 101600
         # 15.495 yen is 15, 15.51 yen is 16: half up to the yen, not truncated.
-        for denomination, fee in ((1033, 15), (1034, 16)):
+        # 16.5 -> 17 tells half up from half even (16) and from cutting off (16)
+        for denomination, fee in ((1033, 15), (1034, 16), (1100, 17)):
             order = ok(http.post("/orders", json=yen_order_body(yen.member_email, product, yen=denomination)))["order"]
             assert (order["payment"]["fees"], order["payment"]["total"]) == (fee, denomination + fee)
     assert ledger_problems(cli, yen.id) == []

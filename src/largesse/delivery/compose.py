@@ -177,7 +177,9 @@ def display_name(text: str | None, addr_spec: str, header: str = "From") -> str:
     package writes it quoted on that one line (an ASCII name whose header is not folded); a
     longer or non-ASCII one loses it ("Smith, John" stays; a 70-character name with a comma
     reads "Smith John")."""
-    name = one_line(_BIDI_CONTROLS.sub("", text or ""))
+    # "=?" starts an encoded word, which the email package decodes in a name it folds:
+    # "=?utf-8?q?x=2C_y?=" became `x, y <rewards@…>`, two mailboxes. Never one in a name.
+    name = one_line(_BIDI_CONTROLS.sub("", text or "")).replace("=?", "= ?")
     if _ADDRESS_SYNTAX.search(name) and not (
             name.isascii() and len(header) + 2 + len(str(address(name, addr_spec))) <= 76):
         name = one_line(_ADDRESS_SYNTAX.sub(" ", name))

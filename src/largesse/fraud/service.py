@@ -202,6 +202,12 @@ def forget_details(conn: Connection, reward_id: str) -> None:
                  .values(encrypted_details=None))
 
 
+def count_held_details(conn) -> int:
+    """Held redemptions whose recipient details are kept encrypted (reencrypt_details' rows)."""
+    return conn.execute(select(func.count()).select_from(fraud_reviews)
+                        .where(fraud_reviews.c.encrypted_details.is_not(None))).scalar_one()
+
+
 def reencrypt_details(engine, settings) -> tuple[int, int, list[str]]:
     """Re-encrypt every held redemption's recipient details under the first LARGESSE_SECRET_KEY
     secret (`largesse secrets rotate`): (re-encrypted, already current, reward ids of details no

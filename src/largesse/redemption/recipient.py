@@ -136,7 +136,6 @@ def unseal(token: str, settings) -> BankAccount:
             raise ValueError("unknown kind of recipient details")
         return BankAccount(**values)
     except crypto.KeyUnavailable as exc:
-        raise Unreadable("they cannot be decrypted with LARGESSE_SECRET_KEY (was the secret they were "
-                         "encrypted with removed?)") from exc
+        raise Unreadable(str(exc)) from exc  # names LARGESSE_SECRET_KEY, or the key file it tried
     except (ValueError, TypeError, KeyError, AttributeError) as exc:  # no value of them in the message
         raise Unreadable("what is stored is not a sealed bank account") from exc

@@ -11,7 +11,7 @@ import secrets
 import uuid
 
 import orjson
-from sqlalchemy import Connection, Engine, bindparam, delete, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, select, update
 
 from largesse import crypto, db
 from largesse.config import Settings
@@ -128,6 +128,12 @@ def signing_key(engine: Engine, settings: Settings, row) -> str:
                 else webhooks.c.private_key_encrypted == row.private_key_encrypted,
             ).values(private_key_encrypted=box.encrypt(plain), private_key=None))
     return plain
+
+
+def count_encrypted_keys(conn) -> int:
+    """Webhooks whose signing key is kept encrypted at rest."""
+    return conn.execute(select(func.count()).select_from(webhooks)
+                        .where(webhooks.c.private_key_encrypted.is_not(None))).scalar_one()
 
 
 def reencrypt_all(engine: Engine, settings: Settings) -> tuple[int, int, list[str]]:
