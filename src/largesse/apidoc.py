@@ -29,6 +29,10 @@ def _takes_input(method: str, path: str, operation: dict) -> bool:
     return bool(operation.get("parameters")) or "requestBody" in operation
 
 
+def _every(method: str, path: str, operation: dict) -> bool:
+    return True
+
+
 _WEBHOOK_KEY = "the webhook's signing key cannot be decrypted with the configured secret or key file"
 _CONFLICTS = {  # a 409 says something different on each operation that answers it
     ("post", "/orders"): "external_id reused with other parameters",
@@ -52,18 +56,18 @@ _UNPROCESSABLE = _ops(
 # unavailable (errors.ServiceUnavailable).
 ERRORS = (
     (400, "Invalid request: {errors: {message, payload}}, payload mirrors the offending keys", _takes_input),
-    (401, "Missing, invalid or revoked API key", lambda method, path, operation: True),
+    (401, "Missing, invalid or revoked API key", _every),
     (402, "Insufficient funds: the balance cannot pay the order's total", _ops("POST /orders")),
     (403, "Not allowed: a read-only API key's write, or an action this resource does not take "
           "(e.g. generate_link of an EMAIL reward)", lambda method, path, operation: method in _WRITES),
     (404, "Not found (including other organizations' resources)", lambda method, path, operation: "{" in path),
-    (405, "Method not allowed: the Allow header names the methods of the path", lambda method, path, op: True),
+    (405, "Method not allowed: the Allow header names the methods of the path", _every),
     (409, "Conflict: ", _CONFLICTS),
     (413, "Request body larger than 1,000,000 bytes", lambda method, path, operation: method in _BODIES),
     (422, "Unprocessable request (see docs/api.md: these operations' validation failures and "
           "business-rule refusals)", _UNPROCESSABLE),
     (429, "Rate limit exceeded (per API key or organization): see Retry-After and RateLimit-* headers",
-     lambda method, path, operation: True),
+     _every),
 )
 DEFAULT_ERROR = "Internal error (500), or 503 with Retry-After while the database is unavailable"
 

@@ -413,11 +413,8 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
 
     for router in (orders_router, products_router, campaigns_router, fields_router, funding_router,
                    transactions_router, orgs_router, webhooks_router, approvals_router, topups_router,
-                   invoices_router, forex_router, connected_router):
+                   invoices_router, forex_router, connected_router, delivery_router, reports_router, fraud_router):
         app.include_router(router, prefix=API_PREFIX)
-    app.include_router(delivery_router, prefix=API_PREFIX)
-    app.include_router(reports_router, prefix=API_PREFIX)
-    app.include_router(fraud_router, prefix=API_PREFIX)
     app.include_router(report_download_router)  # /reports/download/{token}: the CSV link, outside the API
     app.include_router(redemption_router)  # /redeem/{token}: HTML pages, outside the API
     paths.serve_html_404(app, "/redeem/", redemption_not_found, valid=REDEEM_TOKEN_PATH)
