@@ -335,7 +335,8 @@ def header(name: str, value: str, utf8: bool = False) -> bytes:
     if name == "Subject" and "=?" in value:
         # The package's parser decodes "=?utf-8?q?fake?=" in the text it is given, so the
         # subject read "fake" in mail clients: such a subject is encoded whole, as written.
-        return f"{name}: {Header(value, 'utf-8', header_name=name).encode(linesep=chr(13) + chr(10))}\r\n".encode()
+        encoded = Header(value, "utf-8", header_name=name).encode(linesep="\r\n")
+        return f"{name}: {encoded}\r\n".encode()
     return _folded(name, value, utf8)
 
 
